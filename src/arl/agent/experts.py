@@ -1,0 +1,62 @@
+"""Expert episodes for behaviour cloning, rendered through the very prompts the policy sees.
+
+Each environment package provides an expert as a function ``expert_response(env) -> str`` that
+answers the env's *current* state in the policy's output format. Expert episodes are recorded as
+ordinary :class:`~arl.agent.records.Episode` objects whose response ids are the tokenised expert
+answers, so behaviour cloning and RL share one sample builder.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Sequence
+
+from arl.agent.loop import AgentLoop
+from arl.agent.parsing import parse_response
+from arl.agent.prompts import HistoryItem
+from arl.agent.records import Episode, Turn, anchor_key
+from arl.envs.registry import make_env
+
+_EXPERTS: dict[str, str] = {
+    "sokoban": "arl.envs.sokoban.expert:expert_response",
+}
+
+
+def get_expert(env_name: str) -> Callable[[object], str]:
+    """The expert of ``env_name``; a clear error when the env has none."""
+    if env_name not in _EXPERTS:
+        raise KeyError(f"env {env_name!r} has no expert; envs with experts: {', '.join(sorted(_EXPERTS))}")
+    module, attr = _EXPERTS[env_name].split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0) -> list[Episode]:
+    """Play one expert episode per seed with ``loop``'s env, prompts and tokenizer."""
+    expert = get_expert(loop.env_name)
+    tok = loop.tokenizer
+    episodes = []
+    for i, seed in enumerate(seeds):
+        env = make_env(loop.env_name, **loop.pool.env_kwargs)
+        obs, info = env.reset(int(seed))
+        ep = Episode(group_offset + i, group_offset + i, int(seed), loop.env_name, str(info.get("task_type", loop.env_name)))
+        history: list[HistoryItem] = []
+        for _ in range(loop.max_turns):
+            prompt = loop.prompt_ids(obs, history, info)
+            text = expert(env)
+            ids = list(tok(text, add_special_tokens=False)["input_ids"])
+            admissible = info.get("admissible_actions") if loop.spec.check_admissible else None
+            parsed = parse_response(text, admissible)
+            result = env.step(parsed.action if parsed.valid else loop.spec.invalid_action)
+            ep.turns.append(
+                Turn(prompt, ids, [0.0] * len(ids), text, parsed.action, parsed.valid, parsed.reason,
+                     float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))))
+            )
+            history.append(HistoryItem(obs, parsed.action, float(result.reward)))
+            ep.won = bool(result.info.get("won", False))
+            ep.score = float(result.info.get("score", ep.score))
+            if result.done:
+                break
+            obs, info = result.observation, {**info, **result.info}
+        env.close()
+        episodes.append(ep)
+    return episodes

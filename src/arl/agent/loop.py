@@ -1,0 +1,168 @@
+"""AgentLoop: roll out groups of episodes in lockstep, one engine call per turn.
+
+For each task (group id, seed) the loop opens ``group_size`` environments reset with the same seed.
+At every turn it renders the prompt of each active episode, batches all of them into one
+``engine.generate`` call, parses each answer strictly, and steps the environments (the env's no-op
+for invalid answers). What the trainer later sees is exactly what was sampled: the response ids
+and log-probs come from the engine, never from re-tokenised text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from arl.agent.parsing import parse_response
+from arl.agent.prompts import HistoryItem, build_messages, encode_prompt, render_history
+from arl.agent.records import Episode, Turn, anchor_key
+from arl.envs.pool import EnvPool
+from arl.rollout.engine import RolloutEngine, SamplingParams
+
+
+@dataclass(frozen=True)
+class Task:
+    """One group's task: every member is reset with ``seed``."""
+
+    group_id: int
+    seed: int
+
+
+@dataclass
+class RolloutStats:
+    """Timing and counts of one :meth:`AgentLoop.run`."""
+
+    seconds: float = 0.0
+    generate_seconds: float = 0.0
+    env_seconds: float = 0.0
+    generated_tokens: int = 0
+    env_steps: int = 0
+    engine_calls: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+class AgentLoop:
+    """Multi-turn rollouts of one environment type."""
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        tokenizer,
+        env_name: str,
+        env_kwargs: dict[str, Any] | None = None,
+        history_window: int = 2,
+        show_observations: bool = False,
+        max_turns: int | None = None,
+        max_prompt_tokens: int = 2048,
+    ):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.pool = EnvPool(env_name, env_kwargs)
+        self.spec = self.pool.spec
+        self.env_name = env_name
+        self.history_window = history_window
+        self.show_observations = show_observations
+        self.max_turns = min(max_turns or self.spec.max_turns, self.spec.max_turns)
+        self.max_prompt_tokens = max_prompt_tokens
+        self.last_stats = RolloutStats()
+
+    def prompt_ids(self, observation: str, history: list[HistoryItem], info: dict[str, Any]) -> list[int]:
+        """Token ids of the prompt of one turn (also used for expert data, so BC sees the same)."""
+        text = render_history(history, self.history_window, self.show_observations)
+        ids = encode_prompt(self.tokenizer, build_messages(self.spec, observation, text, info))
+        if len(ids) > self.max_prompt_tokens:
+            raise ValueError(
+                f"prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={self.max_prompt_tokens}; "
+                "lower env.history_window or raise the limit"
+            )
+        return ids
+
+    def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0) -> list[Episode]:
+        """Roll out ``len(tasks) * group_size`` episodes; returns them ordered by (group, member)."""
+        t0 = time.perf_counter()
+        stats = RolloutStats()
+        seeds = [task.seed for task in tasks for _ in range(group_size)]
+        starts = self.pool.reset(seeds)
+        episodes: list[Episode] = []
+        obs: list[str] = []
+        infos: list[dict[str, Any]] = []
+        histories: list[list[HistoryItem]] = []
+        active: list[int] = []
+        for slot, (task, (o, info, err)) in enumerate(zip([t for t in tasks for _ in range(group_size)], starts)):
+            episodes.append(
+                Episode(
+                    group_id=task.group_id,
+                    episode_id=first_episode_id + slot,
+                    seed=task.seed,
+                    env_name=self.env_name,
+                    task_type=str(info.get("task_type", self.env_name)),
+                    env_error=err,
+                )
+            )
+            obs.append(o)
+            infos.append(info)
+            histories.append([])
+            if not err:
+                active.append(slot)
+
+        for _turn in range(self.max_turns):
+            if not active:
+                break
+            prompts = [self.prompt_ids(obs[s], histories[s], infos[s]) for s in active]
+            tg = time.perf_counter()
+            gens = self.engine.generate(prompts, params)
+            stats.generate_seconds += time.perf_counter() - tg
+            stats.engine_calls += 1
+            actions: dict[int, str] = {}
+            parsed_by_slot = {}
+            for slot, gen in zip(active, gens):
+                text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+                admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
+                parsed = parse_response(text, admissible)
+                parsed_by_slot[slot] = (gen, text, parsed)
+                actions[slot] = parsed.action if parsed.valid else self.spec.invalid_action
+                stats.generated_tokens += len(gen.token_ids)
+            te = time.perf_counter()
+            results = self.pool.step(actions)
+            stats.env_seconds += time.perf_counter() - te
+            stats.env_steps += len(actions)
+            still_active = []
+            for slot, prompt in zip(active, prompts):
+                gen, text, parsed = parsed_by_slot[slot]
+                result, err = results[slot]
+                ep = episodes[slot]
+                ep.turns.append(
+                    Turn(
+                        prompt_ids=prompt,
+                        response_ids=list(gen.token_ids),
+                        rollout_log_probs=list(gen.log_probs),
+                        response_text=text,
+                        action=parsed.action if parsed.valid else "",
+                        valid=parsed.valid,
+                        reason=parsed.reason,
+                        reward=float(result.reward),
+                        done=bool(result.done),
+                        anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
+                        truncated=gen.finish_reason == "length",
+                    )
+                )
+                histories[slot].append(
+                    HistoryItem(obs[slot], parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
+                )
+                if err:
+                    ep.env_error = True
+                    continue
+                ep.won = bool(result.info.get("won", ep.won))
+                ep.score = float(result.info.get("score", ep.score))
+                if not result.done:
+                    obs[slot] = result.observation
+                    infos[slot] = {**infos[slot], **result.info}
+                    still_active.append(slot)
+            active = still_active
+        self.pool.close_slots()
+        stats.seconds = time.perf_counter() - t0
+        self.last_stats = stats
+        return episodes
+
+    def close(self) -> None:
+        self.pool.close()

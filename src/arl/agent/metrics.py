@@ -1,0 +1,36 @@
+"""Episode statistics shared by training rollouts, validation and ``src/eval.py``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+from arl.agent.records import Episode
+
+
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> dict[str, float]:
+    """Success, return, length, validity and response-length statistics of ``episodes``.
+
+    Episodes with an environment error count in ``env_errors`` only.
+    """
+    good = [e for e in episodes if not e.env_error]
+    turns = [t for e in good for t in e.turns]
+    out: dict[str, float] = {f"{prefix}env_errors": float(len(episodes) - len(good))}
+    if not good:
+        return out
+    out[f"{prefix}success_rate"] = sum(e.won for e in good) / len(good)
+    out[f"{prefix}return_mean"] = sum(e.ret for e in good) / len(good)
+    out[f"{prefix}episode_len"] = sum(e.num_turns for e in good) / len(good)
+    if turns:
+        lens = [len(t.response_ids) for t in turns]
+        out[f"{prefix}valid_action_ratio"] = sum(t.valid for t in turns) / len(turns)
+        out[f"{prefix}response_len_mean"] = sum(lens) / len(lens)
+        out[f"{prefix}response_len_max"] = float(max(lens))
+        out[f"{prefix}truncated_ratio"] = sum(t.truncated for t in turns) / len(turns)
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for e in good:
+        by_type[e.task_type].append(e.won)
+    if len(by_type) > 1:
+        for task_type, wins in sorted(by_type.items()):
+            out[f"{prefix}success_rate/{task_type}"] = sum(wins) / len(wins)
+    return out

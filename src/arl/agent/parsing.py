@@ -1,0 +1,71 @@
+"""Strict parser of model answers: ``<think>...</think><action>...</action>`` and nothing else.
+
+A response is valid when, after stripping surrounding white space, it is exactly one ``<think>``
+block followed by exactly one ``<action>`` block (white space allowed between them), the action is
+not empty, and, for environments with admissible actions, the action is one of them. Anything
+else is an invalid action: the caller sends the environment's no-op and records the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+TAGS = ("<think>", "</think>", "<action>", "</action>")
+_FORMAT = re.compile(r"<think>(.*?)</think>\s*<action>(.*?)</action>", re.DOTALL)
+_SPACES = re.compile(r"\s+")
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """Result of :func:`parse_response`.
+
+    Attributes:
+        valid: the response followed the format (and the action is admissible).
+        action: the extracted action (canonical admissible spelling when matched), or "" if none.
+        reason: "" when valid, else a short machine-readable reason.
+        think: the thought text, or "".
+    """
+
+    valid: bool
+    action: str
+    reason: str = ""
+    think: str = ""
+
+
+def _normalise(action: str) -> str:
+    return _SPACES.sub(" ", action.strip()).lower()
+
+
+def parse_response(text: str, admissible: Sequence[str] | None = None) -> ParsedAction:
+    """Parse one model answer.
+
+    Args:
+        text: the decoded response (special tokens removed).
+        admissible: when given, the action must match one of these (case and white space
+            insensitive); the returned action is then the admissible spelling.
+    """
+    if text is None or not text.strip():
+        return ParsedAction(False, "", "empty")
+    body = text.strip()
+    for tag in TAGS:
+        count = body.count(tag)
+        if count == 0:
+            return ParsedAction(False, "", f"missing {tag}")
+        if count > 1:
+            return ParsedAction(False, "", f"repeated {tag}")
+    match = _FORMAT.fullmatch(body)
+    if match is None:
+        order_ok = body.index("<think>") < body.index("</think>") < body.index("<action>") < body.index("</action>")
+        return ParsedAction(False, "", "text outside tags" if order_ok else "wrong tag order")
+    think, action = match.group(1).strip(), match.group(2).strip()
+    if not action:
+        return ParsedAction(False, "", "empty action", think)
+    if admissible is not None:
+        wanted = _normalise(action)
+        for candidate in admissible:
+            if _normalise(candidate) == wanted:
+                return ParsedAction(True, candidate, "", think)
+        return ParsedAction(False, action, "not admissible", think)
+    return ParsedAction(True, action, "", think)

@@ -1,0 +1,57 @@
+"""Episode records: what the agent loop hands to the trainer (DESIGN section 3).
+
+Response token ids and their log-probs are stored exactly as the engine sampled them; text is
+kept only for logging and parsing, never re-tokenised for training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+
+def anchor_key(anchor: str) -> int:
+    """A stable signed 64-bit hash of an anchor state (same text -> same key, across runs)."""
+    digest = hashlib.blake2b(anchor.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+@dataclass
+class Turn:
+    """One turn of one episode."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    rollout_log_probs: list[float]
+    response_text: str
+    action: str  # the parsed action ("" when invalid)
+    valid: bool
+    reason: str  # why invalid ("" when valid)
+    reward: float
+    done: bool
+    anchor_key: int
+    truncated: bool = False  # the response hit max_new_tokens
+
+
+@dataclass
+class Episode:
+    """One episode: a member of a group that shares a task and an initial state."""
+
+    group_id: int
+    episode_id: int
+    seed: int
+    env_name: str
+    task_type: str
+    turns: list[Turn] = field(default_factory=list)
+    won: bool = False
+    score: float = 0.0
+    env_error: bool = False  # a worker crashed or timed out: counted, excluded from the update
+
+    @property
+    def ret(self) -> float:
+        """Undiscounted sum of the environment rewards."""
+        return float(sum(t.reward for t in self.turns))
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)

@@ -1,0 +1,130 @@
+"""Group filters applied after advantages are known, before the update (DESIGN section 4).
+
+Inputs are per episode: ``returns`` (E,) raw episode returns (undiscounted sum of environment
+rewards, no format penalty) and ``group_ids`` (E,). A filter keeps or drops whole groups::
+
+    get(name)(returns=, group_ids=, valid_ratio=None, **cfg) -> FilterResult
+
+A group is *constant* when max(returns) - min(returns) <= atol over its episodes (atol = 0:
+exact equality). A group of one episode is constant.
+
+- ``none``: keep every group.
+- ``dapo`` (DAPO dynamic sampling, Yu et al., ByteDance 2025): drop the constant groups; their
+  GRPO advantage is zero, so they only dilute the batch.
+- ``stage_aware``: like ``dapo``, except that while the batch's valid-format ratio
+  ``valid_ratio`` is below ``valid_ratio_threshold`` (default 0.9) it also keeps *all-failure*
+  groups, defined as constant groups whose common return is <= 0 (no episode earned a positive
+  return). Their turns still differ by the format penalty, which is the signal early training
+  needs. With ``valid_ratio=None`` it behaves exactly like ``dapo``.
+
+Re-rollout top-up (``filter.max_rollout_rounds``) is the trainer's job: it calls the filter on
+each round's episodes and fills the batch with kept groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from arl.algos.registry import Registry, select_kwargs
+
+#: every key an ``algo.filter`` block may hold (the trainer uses ``name`` and ``max_rollout_rounds``)
+CONFIG_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "valid_ratio_threshold", "atol")
+
+
+@dataclass
+class FilterResult:
+    """Outcome of a filter.
+
+    Attributes:
+        keep: (E,) bool, True for the episodes of kept groups.
+        kept_group_ids: 1-D long tensor of the kept group ids (sorted, original id values).
+        kept_groups: number of kept groups.
+        total_groups: number of groups seen.
+    """
+
+    keep: Tensor
+    kept_group_ids: Tensor
+    kept_groups: int
+    total_groups: int
+
+
+GroupFilter = Callable[..., FilterResult]
+FILTERS: Registry[GroupFilter] = Registry("filter")
+REGISTRY = FILTERS
+get = FILTERS.get
+
+
+def _groups(returns: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(unique group ids (G,), episode -> group index (E,), group max (G,), group min (G,))."""
+    if returns.dim() != 1 or returns.shape != group_ids.shape:
+        raise ValueError(
+            f"returns and group_ids must be 1-D of equal length (one per episode), got "
+            f"{tuple(returns.shape)} and {tuple(group_ids.shape)}"
+        )
+    uniq, index = torch.unique(group_ids, return_inverse=True)
+    values = returns.to(torch.float64)
+    g = uniq.shape[0]
+    gmax = values.new_full((g,), float("-inf")).scatter_reduce(0, index, values, "amax")
+    gmin = values.new_full((g,), float("inf")).scatter_reduce(0, index, values, "amin")
+    return uniq, index, gmax, gmin
+
+
+def _result(uniq: Tensor, index: Tensor, keep_group: Tensor) -> FilterResult:
+    return FilterResult(
+        keep=keep_group[index],
+        kept_group_ids=uniq[keep_group].to(torch.long),
+        kept_groups=int(keep_group.sum()),
+        total_groups=int(uniq.shape[0]),
+    )
+
+
+@FILTERS.register("none")
+def no_filter(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None = None) -> FilterResult:
+    """Keep every group. Shapes: returns, group_ids (E,)."""
+    del valid_ratio
+    uniq, index, _, _ = _groups(returns, group_ids)
+    return _result(uniq, index, torch.ones_like(uniq, dtype=torch.bool))
+
+
+@FILTERS.register("dapo")
+def dapo(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None = None, atol: float = 0.0) -> FilterResult:
+    """Keep exactly the groups whose returns are not all equal (max - min > atol).
+
+    Shapes: returns, group_ids (E,). ``valid_ratio`` is unused.
+    """
+    del valid_ratio
+    uniq, index, gmax, gmin = _groups(returns, group_ids)
+    return _result(uniq, index, (gmax - gmin) > atol)
+
+
+@FILTERS.register("stage_aware")
+def stage_aware(
+    *,
+    returns: Tensor,
+    group_ids: Tensor,
+    valid_ratio: float | None = None,
+    valid_ratio_threshold: float = 0.9,
+    atol: float = 0.0,
+) -> FilterResult:
+    """``dapo``, but keeps all-failure groups (constant, return <= 0) while
+    ``valid_ratio < valid_ratio_threshold``. Shapes: returns, group_ids (E,).
+    """
+    uniq, index, gmax, gmin = _groups(returns, group_ids)
+    keep_group = (gmax - gmin) > atol
+    if valid_ratio is not None and valid_ratio < valid_ratio_threshold:
+        keep_group = keep_group | (gmax <= 0)
+    return _result(uniq, index, keep_group)
+
+
+def filter_kwargs(name: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of filter ``name`` taken from an ``algo.filter`` block.
+
+    ``name`` and ``max_rollout_rounds`` (trainer keys) are dropped; a key unknown to every
+    filter raises ``TypeError``.
+    """
+    return select_kwargs(FILTERS.get(name), cfg, known=CONFIG_KEYS, data=("returns", "group_ids", "valid_ratio"))

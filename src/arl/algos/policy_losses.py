@@ -1,0 +1,279 @@
+"""Per-token policy-gradient losses, sequence masking and truncated IS (DESIGN section 4).
+
+Notation: r_t = exp(log pi_t - log pi_old,t) token ratio, m_t response mask, |y_i| = sum_t m_t,
+sg = stop-gradient, A advantages broadcast over a sample's tokens.
+
+Every loss has the signature ::
+
+    fn(*, log_prob, old_log_prob, advantages, response_mask, cfg) -> (loss_mat, metrics)
+
+with (B, T) tensors in and a (B, T) loss matrix out (to be aggregated by
+:func:`arl.algos.aggregation.agg_loss`; the values on masked-out positions are meaningless), and
+``metrics`` a dict of detached scalar tensors with at least ``clipfrac``, ``clipfrac_lower`` and
+``ppo_kl`` (means over the masked tokens of the tensors given).
+
+On-policy (log pi == log pi_old) the gradient of ``ppo_clip``, ``gspo``, ``cispo`` and ``sapo``
+w.r.t. log pi equals the REINFORCE gradient -A per token; they differ only off-policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from arl.algos.registry import Registry
+
+#: clamp of the token log-ratio before exponentiation
+LOG_RATIO_CLAMP = 20.0
+#: upper clamp of the GSPO per-token log sequence ratio
+GSPO_LOG_RATIO_MAX = 10.0
+
+
+@dataclass
+class PolicyLossConfig:
+    """Hyper-parameters of the policy losses (``algo.loss.*``).
+
+    Attributes:
+        clip_ratio_low: eps_low, lower clip bound 1 - eps_low (ppo_clip, gspo, cispo).
+        clip_ratio_high: eps_high, upper clip bound 1 + eps_high (ppo_clip, gspo, cispo).
+        clip_ratio_c: dual-clip constant c > 1 for A < 0 (ppo_clip).
+        tau_pos: SAPO gate temperature for A > 0.
+        tau_neg: SAPO gate temperature for A <= 0.
+    """
+
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    tau_pos: float = 1.0
+    tau_neg: float = 1.05
+
+
+PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+
+REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
+get = REGISTRY.get
+
+
+def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``values`` over ``mask`` (0 for an empty mask). Any shapes that broadcast."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def _log_ratio(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
+    """log r = log pi - log pi_old clamped to [-20, 20]. (B, T) -> (B, T)."""
+    return (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+
+
+def _base_metrics(log_prob: Tensor, old_log_prob: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """``ppo_kl`` = mean over masked tokens of (log pi_old - log pi); detached."""
+    return {"ppo_kl": masked_mean((old_log_prob - log_prob).detach(), mask)}
+
+
+def sequence_log_ratio(log_prob: Tensor, old_log_prob: Tensor, response_mask: Tensor) -> Tensor:
+    """log s_i = (1/|y_i|) sum_t m_t (log pi - log pi_old). (B, T) -> (B,); 0 for empty rows."""
+    mask = response_mask.to(log_prob.dtype)
+    lengths = mask.sum(dim=-1).clamp_min(1.0)
+    return ((log_prob - old_log_prob) * mask).sum(dim=-1) / lengths
+
+
+@REGISTRY.register("ppo_clip")
+def ppo_clip(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Token-level PPO clip with asymmetric bounds and dual clip (Schulman 2017; Ye 2020).
+
+    L = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high)); for A < 0 additionally
+    L = min(L, -A c), c = ``clip_ratio_c``. log r is clamped to [-20, 20].
+
+    Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` (tokens where the
+    clipped branch is active), ``clipfrac_lower`` (tokens where the dual clip is active), ``ppo_kl``.
+    """
+    mask = response_mask
+    ratio = torch.exp(_log_ratio(log_prob, old_log_prob))
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+    loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
+    loss_dual = -advantages * cfg.clip_ratio_c
+    loss_mat = torch.where(advantages < 0, torch.minimum(loss_ppo, loss_dual), loss_ppo)
+
+    metrics = _base_metrics(log_prob, old_log_prob, mask)
+    with torch.no_grad():
+        metrics["clipfrac"] = masked_mean((loss_clipped > loss_unclipped).float(), mask)
+        metrics["clipfrac_lower"] = masked_mean(((loss_ppo > loss_dual) & (advantages < 0)).float(), mask)
+    return loss_mat, metrics
+
+
+@REGISTRY.register("gspo")
+def gspo(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: clipped sequence-level ratio (Zheng et al., Qwen 2025).
+
+    log s_i = (1/|y_i|) sum_t m_t (log pi - log pi_old) (the length-normalised sequence ratio);
+    per token log s_it = sg(log s_i) + log pi_t - sg(log pi_t), clamped above at 10, so the value
+    is s_i on every token and the gradient is s_i * grad log pi_t;
+    L = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)).
+
+    Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` (share of tokens in
+    clipped sequences), ``clipfrac_lower`` = 0 (no dual clip), ``ppo_kl``.
+    """
+    mask = response_mask
+    log_seq_ratio = sequence_log_ratio(log_prob, old_log_prob, mask).detach()  # (B,)
+    log_token_seq_ratio = log_seq_ratio.unsqueeze(-1) + log_prob - log_prob.detach()
+    seq_ratio = torch.exp(log_token_seq_ratio.clamp(max=GSPO_LOG_RATIO_MAX))
+    loss_unclipped = -advantages * seq_ratio
+    loss_clipped = -advantages * seq_ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+    loss_mat = torch.maximum(loss_unclipped, loss_clipped)
+
+    metrics = _base_metrics(log_prob, old_log_prob, mask)
+    with torch.no_grad():
+        metrics["clipfrac"] = masked_mean((loss_clipped > loss_unclipped).float(), mask)
+        metrics["clipfrac_lower"] = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    return loss_mat, metrics
+
+
+@REGISTRY.register("cispo")
+def cispo(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CISPO: clipped IS weight times REINFORCE (MiniMax-M1, 2025).
+
+    L = -sg(clip(r, 1 - eps_low, 1 + eps_high)) A log pi. No token is ever dropped from the
+    gradient: clipping bounds the weight, not the update. With eps_low >= 1 there is no lower
+    bound (the paper's setting).
+
+    Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` (tokens whose weight
+    was truncated, either side), ``clipfrac_lower`` = 0, ``ppo_kl``.
+    """
+    mask = response_mask
+    with torch.no_grad():
+        ratio = torch.exp(_log_ratio(log_prob, old_log_prob))
+        weight = ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+    loss_mat = -weight * advantages * log_prob
+
+    metrics = _base_metrics(log_prob, old_log_prob, mask)
+    with torch.no_grad():
+        metrics["clipfrac"] = masked_mean((weight != ratio).float(), mask)
+        metrics["clipfrac_lower"] = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    return loss_mat, metrics
+
+
+@REGISTRY.register("sapo")
+def sapo(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """SAPO: soft adaptive gate instead of a hard clip (Qwen 2025).
+
+    tau = tau_pos if A > 0 else tau_neg; f(r) = (4 / tau) sigmoid(tau (r - 1)); L = -f(r) A.
+    f'(r) = 4 sigmoid(tau (r-1)) (1 - sigmoid(tau (r-1))), so f'(1) = 1: on-policy the gradient is
+    the REINFORCE gradient, and it decays smoothly as r leaves 1 (faster for larger tau).
+
+    Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` = ``clipfrac_lower``
+    = 0 (no hard clip), ``gate_weight`` (mean of f'(r) over masked tokens: 1 = unattenuated),
+    ``ppo_kl``.
+    """
+    mask = response_mask
+    ratio = torch.exp(_log_ratio(log_prob, old_log_prob))
+    tau = torch.where(
+        advantages > 0,
+        torch.as_tensor(cfg.tau_pos, dtype=ratio.dtype, device=ratio.device),
+        torch.as_tensor(cfg.tau_neg, dtype=ratio.dtype, device=ratio.device),
+    )
+    gate_arg = tau * (ratio - 1.0)
+    loss_mat = -(4.0 / tau) * torch.sigmoid(gate_arg) * advantages
+
+    metrics = _base_metrics(log_prob, old_log_prob, mask)
+    with torch.no_grad():
+        sig = torch.sigmoid(gate_arg)
+        zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+        metrics["clipfrac"] = zero
+        metrics["clipfrac_lower"] = zero.clone()
+        metrics["gate_weight"] = masked_mean(4.0 * sig * (1.0 - sig), mask)
+    return loss_mat, metrics
+
+
+@REGISTRY.register("reinforce")
+def reinforce(
+    *,
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    cfg: PolicyLossConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Plain REINFORCE: L = -A log pi (no ratio, no clip; ``cfg`` unused).
+
+    Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` =
+    ``clipfrac_lower`` = 0, ``ppo_kl`` (from ``old_log_prob``, for monitoring).
+    """
+    del cfg
+    loss_mat = -advantages * log_prob
+    metrics = _base_metrics(log_prob, old_log_prob, response_mask)
+    zero = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    metrics["clipfrac"] = zero
+    metrics["clipfrac_lower"] = zero.clone()
+    return loss_mat, metrics
+
+
+def sequence_mask(
+    log_prob: Tensor,
+    old_log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    delta: float,
+) -> Tensor:
+    """Sequence masking of negative-advantage, low-ratio sequences (ARLArena).
+
+    Sequence i is dropped when its mean advantage over its response tokens is negative AND
+    (1/|y_i|) sum_t m_t (log pi_old - log pi) > delta (equivalently s_i < exp(-delta)): the
+    policy already moved away from it, and pushing further down is what collapses tolerant
+    clipping. Empty sequences stay (all zero).
+
+    Shapes: all inputs (B, T); returns the (B, T) float mask = response_mask with dropped rows set
+    to 0 (dtype of ``log_prob``, no gradient).
+    """
+    with torch.no_grad():
+        mask = response_mask.to(log_prob.dtype)
+        lengths = mask.sum(dim=-1).clamp_min(1.0)
+        mean_adv = (advantages * mask).sum(dim=-1) / lengths  # (B,)
+        mean_drift = ((old_log_prob - log_prob) * mask).sum(dim=-1) / lengths  # (B,)
+        drop = (mean_adv < 0) & (mean_drift > delta)
+        return mask * (~drop).to(mask.dtype).unsqueeze(-1)
+
+
+def truncated_is_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, response_mask: Tensor, cap: float) -> Tensor:
+    """Truncated importance weights for the rollout-engine vs trainer mismatch.
+
+    w_t = min(exp(log pi_old,t - log pi_rollout,t), cap), detached; the log difference is
+    clamped to [-20, 20] before exp. Positions outside ``response_mask`` get weight 0.
+
+    Shapes: all inputs (B, T); returns (B, T).
+    """
+    with torch.no_grad():
+        log_w = (old_log_prob - rollout_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        weights = torch.exp(log_w).clamp(max=cap)
+        return weights * response_mask.to(weights.dtype)

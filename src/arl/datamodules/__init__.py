@@ -1,0 +1,1 @@
+"""DataModules: online rollout batches for RL, expert turns for behaviour cloning."""

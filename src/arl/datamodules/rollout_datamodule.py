@@ -1,0 +1,203 @@
+"""Online data: every training batch is a fresh iteration of rollouts with the current policy.
+
+The train loader is an ``IterableDataset`` that yields one :class:`RolloutBatch` per RL iteration:
+``groups_per_step`` tasks x ``group_size`` episodes, passed through the dynamic-sampling filter with
+re-rollout top-up (DESIGN section 4, filters). Task seeds are derived from (seed, iteration, round)
+so a run is reproducible and a resumed run continues the same seed stream. Validation episodes use
+held-out seeds (a range no training seed falls in), group size 1 and ``val_temperature``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from lightning import LightningDataModule
+from torch.utils.data import DataLoader, IterableDataset
+
+from arl.agent.loop import AgentLoop, Task
+from arl.agent.metrics import episode_metrics
+from arl.agent.records import Episode
+from arl.rollout.engine import SamplingParams
+
+log = logging.getLogger(__name__)
+
+TRAIN_SEED_SPACE = 2**30  # training task seeds lie in [0, 2**30)
+VAL_SEED_BASE = 2**30  # validation seeds are VAL_SEED_BASE + i: never a training seed
+
+
+@dataclass
+class RolloutBatch:
+    """One iteration's rollouts, as the LightningModule receives them."""
+
+    episodes: list[Episode]
+    iteration: int
+    seconds: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
+    """Deterministic task seeds for one rollout round."""
+    rng = np.random.default_rng([int(seed), int(iteration), int(round_)])
+    return [int(s) for s in rng.integers(0, TRAIN_SEED_SPACE, size=n)]
+
+
+def val_task_seeds(n: int, offset: int = 0) -> list[int]:
+    """The held-out validation seeds."""
+    return [VAL_SEED_BASE + offset + i for i in range(n)]
+
+
+GroupFilter = Callable[[torch.Tensor, torch.Tensor, "float | None"], Any]
+
+
+class _TrainStream(IterableDataset):
+    def __init__(self, dm: "RolloutDataModule"):
+        self.dm = dm
+
+    def __iter__(self) -> Iterator[RolloutBatch]:
+        while self.dm.iteration < self.dm.iterations:
+            yield self.dm.next_train_batch()
+
+    def __len__(self) -> int:
+        return max(self.dm.iterations - self.dm.iteration, 0)
+
+
+def validation_batches(loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0) -> Iterator[RolloutBatch]:
+    """Held-out episodes (group size 1), ``batch_size`` per engine batch."""
+    seeds = val_task_seeds(episodes)
+    for start in range(0, len(seeds), batch_size):
+        chunk = seeds[start : start + batch_size]
+        tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
+        t0 = time.perf_counter()
+        eps = loop.run(tasks, 1, params, first_episode_id=start)
+        yield RolloutBatch(eps, iteration, time.perf_counter() - t0)
+
+
+class _ValStream(IterableDataset):
+    def __init__(self, dm: "RolloutDataModule"):
+        self.dm = dm
+
+    def __iter__(self) -> Iterator[RolloutBatch]:
+        dm = self.dm
+        yield from validation_batches(dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration)
+
+
+class RolloutDataModule(LightningDataModule):
+    """Rollout batches from an :class:`~arl.agent.loop.AgentLoop`.
+
+    Args:
+        agent_loop: renders prompts, calls the engine, steps the environments.
+        iterations: RL iterations (batches) in the whole run.
+        groups_per_step, group_size: tasks per iteration and episodes per task.
+        sampling, val_sampling: sampling parameters for training and validation.
+        val_episodes, val_batch_size: held-out episodes per validation, episodes per engine batch.
+        seed: base of the task-seed stream.
+        max_rollout_rounds: rounds of re-rollout the filter may ask for.
+        group_filter: ``(returns, group_ids, valid_ratio) -> FilterResult`` (set by the pipeline
+            from the LightningModule), or None to keep everything.
+    """
+
+    def __init__(
+        self,
+        agent_loop: AgentLoop,
+        iterations: int,
+        groups_per_step: int,
+        group_size: int,
+        sampling: SamplingParams,
+        val_sampling: SamplingParams,
+        val_episodes: int = 64,
+        val_batch_size: int = 64,
+        seed: int = 0,
+        max_rollout_rounds: int = 3,
+        group_filter: GroupFilter | None = None,
+    ):
+        super().__init__()
+        self.agent_loop = agent_loop
+        self.iterations = iterations
+        self.groups_per_step = groups_per_step
+        self.group_size = group_size
+        self.sampling = sampling
+        self.val_sampling = val_sampling
+        self.val_episodes = val_episodes
+        self.val_batch_size = val_batch_size
+        self.seed = seed
+        self.max_rollout_rounds = max(1, max_rollout_rounds)
+        self.group_filter = group_filter
+        self.iteration = 0
+
+    # ------------------------------------------------------------------ state (resume)
+    def state_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iteration = int(state["iteration"])
+        self.seed = int(state.get("seed", self.seed))
+
+    # ------------------------------------------------------------------ loaders
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, collate_fn=_identity)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(_ValStream(self), batch_size=None, num_workers=0, collate_fn=_identity)
+
+    # ------------------------------------------------------------------ one iteration
+    def next_train_batch(self) -> RolloutBatch:
+        """Roll out one iteration, applying the filter with re-rollout top-up."""
+        it = self.iteration
+        t0 = time.perf_counter()
+        kept: list[Episode] = []
+        kept_groups = 0
+        rounds = 0
+        tokens = env_steps = 0
+        gen_s = env_s = 0.0
+        all_eps: list[Episode] = []
+        while rounds < self.max_rollout_rounds and kept_groups < self.groups_per_step:
+            seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)
+            base = rounds * self.groups_per_step
+            tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
+            episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size)
+            stats = self.agent_loop.last_stats
+            tokens += stats.generated_tokens
+            env_steps += stats.env_steps
+            gen_s += stats.generate_seconds
+            env_s += stats.env_seconds
+            all_eps.extend(episodes)
+            rounds += 1
+            if self.group_filter is None:
+                kept, kept_groups = episodes, len(tasks)
+                break
+            usable = [e for e in episodes if not e.env_error]
+            if not usable:
+                continue
+            turns = [t for e in usable for t in e.turns]
+            valid_ratio = sum(t.valid for t in turns) / max(len(turns), 1)
+            result = self.group_filter(
+                torch.tensor([e.ret for e in usable], dtype=torch.float32),
+                torch.tensor([e.group_id for e in usable], dtype=torch.long),
+                valid_ratio,
+            )
+            keep_ids = [int(g) for g in result.kept_group_ids.tolist()][: self.groups_per_step - kept_groups]
+            keep = set(keep_ids)
+            kept.extend(e for e in episodes if e.group_id in keep)
+            kept_groups += len(keep_ids)
+        self.iteration += 1
+        seconds = time.perf_counter() - t0
+        metrics = {
+            "filter/kept_groups": float(kept_groups),
+            "filter/rounds": float(rounds),
+            "rollout/tokens_per_s": tokens / max(gen_s, 1e-9),
+            "rollout/env_steps_per_s": env_steps / max(env_s, 1e-9),
+        }
+        # statistics of everything rolled out: the filter must not hide how the policy does
+        metrics.update(episode_metrics(all_eps, "rollout/"))
+        if kept_groups < self.groups_per_step and self.group_filter is not None:
+            log.info("iteration %d: filter kept %d/%d groups after %d rounds", it, kept_groups, self.groups_per_step, rounds)
+        return RolloutBatch(kept, it, seconds, metrics)
+
+
+def _identity(x):
+    return x

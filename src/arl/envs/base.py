@@ -1,0 +1,65 @@
+"""The environment contract shared by every text environment (DESIGN section 3).
+
+An environment is a plain Python object: ``reset(seed) -> (observation, info)`` and
+``step(action) -> StepResult``. ``reset`` is deterministic in ``seed`` so that the G members of a
+group start from the same state. ``info`` always carries the keys of :data:`INFO_KEYS`.
+
+Each environment also carries an :class:`EnvSpec` that tells the agent loop how to talk to it:
+how to render a prompt, which action to send when the model's output does not parse, and how many
+turns an episode may take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, runtime_checkable
+
+INFO_KEYS = ("task", "task_type", "admissible_actions", "won", "score", "anchor")
+
+
+@dataclass
+class StepResult:
+    """What ``TextEnv.step`` returns."""
+
+    observation: str
+    reward: float
+    done: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Static facts about an environment that the agent loop needs.
+
+    Attributes:
+        name: registry name (``sokoban``, ``math_tool``, ...).
+        max_turns: hard cap on the number of turns of one episode.
+        invalid_action: the action sent to ``step`` when the model output is invalid (a no-op).
+        render_prompt: ``(observation, history_text, info) -> str``: the user message of a turn.
+        check_admissible: when true, a parsed action must be one of ``info["admissible_actions"]``.
+    """
+
+    name: str
+    max_turns: int
+    invalid_action: str
+    render_prompt: Callable[[str, str, dict[str, Any]], str]
+    check_admissible: bool = True
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """A multi-turn text environment."""
+
+    spec: EnvSpec
+
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        """Start the task given by ``seed``; returns (observation, info)."""
+        ...
+
+    def step(self, action: str) -> StepResult:
+        """Apply ``action`` (already parsed, or ``spec.invalid_action``)."""
+        ...
+
+    def close(self) -> None:
+        """Free resources (processes, files)."""
+        ...

@@ -1,0 +1,1 @@
+"""LightningModules: behaviour cloning and agentic RL. They wire parts; they do not contain them."""

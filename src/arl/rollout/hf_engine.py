@@ -1,0 +1,98 @@
+"""Rollouts with transformers ``generate``: the CPU default, and GPU debugging.
+
+Prompts are left-padded into batches of at most ``max_batch_size``; the KV cache is on. The engine
+holds the very policy module the trainer updates, so :meth:`HFEngine.sync` has nothing to copy.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from arl.rollout.engine import Generation, SamplingParams
+
+
+class HFEngine:
+    """A :class:`~arl.rollout.engine.RolloutEngine` over a transformers causal LM."""
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 64):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = model.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
+            eos.append(tokenizer.eos_token_id)
+        self.eos_ids = eos
+
+    def sync(self, policy) -> None:  # noqa: D102 - shares the trainer's module
+        if policy is not self.model:
+            self.model.load_state_dict(policy.state_dict())
+
+    def _stop_token_ids(self, stop: Sequence[str]) -> tuple[list[int], list[str]]:
+        """Stop strings that are one token become EOS ids; the rest stay strings."""
+        single, multi = [], []
+        for s in stop:
+            ids = self.tokenizer(s, add_special_tokens=False)["input_ids"]
+            (single.append(ids[0]) if len(ids) == 1 else multi.append(s))
+        return single, multi
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        out: list[Generation] = []
+        for start in range(0, len(prompts), self.max_batch_size):
+            out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))
+        return out
+
+    def _generate_batch(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros_like(input_ids)
+        for i, p in enumerate(prompts):
+            input_ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention_mask[i, width - len(p) :] = 1
+        stop_ids, stop_strings = self._stop_token_ids(params.stop)
+        greedy = params.temperature <= 0
+        kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not greedy,
+            eos_token_id=self.eos_ids + stop_ids,
+            pad_token_id=self.pad_id,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
+        if greedy:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        if stop_strings:
+            kwargs.update(stop_strings=stop_strings, tokenizer=self.tokenizer)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            result = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
+            )
+        finally:
+            self.model.train(was_training)
+        new_tokens = result.sequences[:, width:].cpu()
+        # (B, steps, V) raw logits of each generated position
+        logits = torch.stack(result.logits, dim=1).float().cpu()
+        scale = 1.0 if greedy else params.temperature
+        logp = torch.log_softmax(logits / scale, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        stops = set(self.eos_ids + stop_ids)
+        return [self._cut(new_tokens[i].tolist(), logp[i].tolist(), stops, stop_strings, params) for i in range(len(prompts))]
+
+    def _cut(self, ids: list[int], logps: list[float], stops: set[int], stop_strings: list[str], params) -> Generation:
+        """Truncate at the first stop, exactly where ``generate`` stopped this row."""
+        for n, tok in enumerate(ids, start=1):
+            if tok in stops:
+                return Generation(ids[:n], logps[:n], "stop")
+            if stop_strings:
+                text = self.tokenizer.decode(ids[:n], skip_special_tokens=False)
+                if any(s in text for s in stop_strings):
+                    return Generation(ids[:n], logps[:n], "stop")
+        return Generation(ids, logps, "length")

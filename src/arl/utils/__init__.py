@@ -1,0 +1,1 @@
+"""Helpers: config validation, instantiation, logging."""

@@ -1,0 +1,70 @@
+"""Start-up validation of the composed config (DESIGN section 8).
+
+Everything here runs before any model or environment is built, so a typo stops the run in
+seconds with a message that names the key and the valid choices.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
+ENGINES = ("hf", "vllm")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key."""
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def _choice(key: str, value: Any, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, sorted(valid)))}")
+
+
+def _positive(key: str, value: Any, minimum: float = 1, integer: bool = True) -> None:
+    if integer and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
+    if value < minimum:
+        raise ConfigError(f"{key}={value!r} must be >= {minimum}")
+
+
+def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for the first invalid value of a training config."""
+    from arl.algos import validate_algo_config
+    from arl.envs.registry import env_names
+
+    c = _as_dict(cfg)
+    try:
+        validate_algo_config(c["algo"])
+    except (KeyError, ValueError) as err:
+        raise ConfigError(str(err).strip("'\"")) from None
+    _choice("env.name", c["env"]["name"], env_names())
+    _positive("env.history_window", c["env"].get("history_window", 0), 0)
+    _choice("model.name", c["model"]["name"], MODEL_NAMES)
+    r = c["rollout"]
+    _choice("rollout.engine", r["engine"], ENGINES)
+    for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
+        _positive(f"rollout.{key}", r[key])
+    if r["temperature"] < 0 or r["val_temperature"] < 0:
+        raise ConfigError("rollout.temperature and rollout.val_temperature must be >= 0")
+    if not 0 < r["top_p"] <= 1:
+        raise ConfigError(f"rollout.top_p={r['top_p']!r} must be in (0, 1]")
+    rl = c["rl"]
+    for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
+        _positive(f"rl.{key}", rl[key])
+    if rl["grad_clip"] <= 0:
+        raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
+    if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
+        raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
+    bc = c["bc"]
+    if bc["enabled"]:
+        for key in ("episodes", "epochs", "batch_size"):
+            _positive(f"bc.{key}", bc[key])

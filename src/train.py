@@ -1,0 +1,35 @@
+"""Train an LLM agent: ``python src/train.py experiment=sampo_sokoban`` (the default).
+
+Composes the Hydra config, validates it before anything heavy is built, and hands it to
+``arl.pipeline.train``. Returns the optimised metric for Hydra sweepers.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+
+
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
+def main(cfg: DictConfig) -> float | None:
+    from arl.utils.config import ConfigError, validate_config
+
+    try:
+        validate_config(cfg)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
+    from arl.pipeline import train
+
+    return train(cfg)["optimized_metric"]
+
+
+if __name__ == "__main__":
+    main()

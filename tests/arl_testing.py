@@ -1,0 +1,34 @@
+"""Test helpers shared by all test folders (importable as ``arl_testing``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = ROOT / "configs"
+SHARED_DATA = Path(os.environ.get("ARL_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def compose(overrides: list[str] | None = None, config_name: str = "train.yaml", output_dir: str | None = None):
+    """Compose a config as ``src/train.py`` would, with the Hydra runtime config set.
+
+    The returned config has no ``hydra`` node (as in ``@hydra.main``); ``paths.output_dir``
+    resolves to ``output_dir`` (default: a fresh temporary folder).
+    """
+    import tempfile
+
+    from omegaconf import open_dict
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
+        cfg = hydra_compose(config_name=config_name, overrides=overrides or [], return_hydra_config=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = output_dir or tempfile.mkdtemp(prefix="arl-test-")
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg

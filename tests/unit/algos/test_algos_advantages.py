@@ -1,0 +1,289 @@
+"""arl.algos.advantages: hand-computed estimators, turn-level registry, properties."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arl.algos import advantages
+from arl.algos.advantages import gigpo, grpo, rloo, step_returns
+
+EPS = 1e-6
+F64 = torch.float64
+
+
+def t(values, dtype=F64) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+def close(actual: torch.Tensor, expected, atol: float = 1e-9) -> None:
+    torch.testing.assert_close(actual.to(F64), t(expected), atol=atol, rtol=0)
+
+
+# ------------------------------------------------------------------------------- grpo / rloo
+def test_grpo_hand() -> None:
+    # group 7: [1, 2, 3] mean 2, unbiased std 1 -> [-1, 0, 1] / (1 + eps)
+    # group 9: [10] alone -> mean 0, std 1 -> 10 / (1 + eps)
+    scores, groups = t([1.0, 2.0, 3.0, 10.0]), torch.tensor([7, 7, 7, 9])
+    close(grpo(scores, groups), [-1 / (1 + EPS), 0.0, 1 / (1 + EPS), 10 / (1 + EPS)])
+    close(grpo(scores, groups, norm_by_std=False), [-1.0, 0.0, 1.0, 10.0])
+
+
+def test_grpo_keeps_dtype_and_handles_empty() -> None:
+    assert grpo(torch.tensor([1.0, 2.0]), torch.tensor([0, 0])).dtype == torch.float32
+    assert grpo(torch.tensor([1, 2]), torch.tensor([0, 0])).dtype == torch.float32
+    assert grpo(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,)
+
+
+def test_rloo_hand() -> None:
+    # group 7: A0 = 1 - (2 + 3) / 2 = -1.5, A1 = 2 - (1 + 3) / 2 = 0, A2 = 3 - (1 + 2) / 2 = 1.5
+    # group 9 has one member -> 0
+    close(rloo(t([1.0, 2.0, 3.0, 10.0]), torch.tensor([7, 7, 7, 9])), [-1.5, 0.0, 1.5, 0.0])
+
+
+# ------------------------------------------------------------------------------ step returns
+def test_step_returns_hand_any_order() -> None:
+    # episode 5: rewards [1, 0, 2] over turns 0..2, gamma 0.5: R2 = 2, R1 = 0 + 0.5 * 2 = 1,
+    #            R0 = 1 + 0.5 * 1 = 1.5
+    # episode 3: rewards [0, 4]: R1 = 4, R0 = 0 + 0.5 * 4 = 2
+    # given in scrambled order:
+    episode = torch.tensor([5, 3, 5, 3, 5])
+    turn = torch.tensor([2, 1, 0, 0, 1])
+    reward = t([2.0, 4.0, 1.0, 0.0, 0.0])
+    close(step_returns(reward, episode, turn, 0.5), [2.0, 4.0, 1.5, 2.0, 1.0])
+
+
+def test_step_returns_gaps_and_duplicates() -> None:
+    # only the order of turn_idx matters: turns [0, 3, 7] behave like [0, 1, 2]
+    # rewards [1, 1, 1], gamma 0.5: R = [1.75, 1.5, 1]
+    close(step_returns(t([1.0, 1.0, 1.0]), torch.tensor([0, 0, 0]), torch.tensor([7, 0, 3]), 0.5), [1.0, 1.75, 1.5])
+    with pytest.raises(ValueError, match="duplicate"):
+        step_returns(t([1.0, 1.0]), torch.tensor([0, 0]), torch.tensor([1, 1]), 0.5)
+
+
+# ------------------------------------------------------------------------------------- gigpo
+# Group 0: episode 10 (A): turns 0, 1, rewards [0, 1], anchors [s0, s1], both valid
+#          episode 11 (B): turns 0, 1, 2, rewards [0, 0, 0], anchors [s0, s2, s1], turn 1 invalid
+# Group 1: episode 10 (a different episode with the same id): one turn, reward 2, anchor s0
+S0, S1, S2 = 1234567890123, -987654321, 42
+CASE = {
+    "step_rewards": t([0.0, 1.0, 0.0, 0.0, 0.0, 2.0]),
+    "episode_ids": torch.tensor([10, 10, 11, 11, 11, 10]),
+    "turn_idx": torch.tensor([0, 1, 0, 1, 2, 0]),
+    "group_ids": torch.tensor([0, 0, 0, 0, 0, 1]),
+    "anchor_keys": torch.tensor([S0, S1, S0, S2, S1, S0]),
+    "valid": torch.tensor([True, True, True, False, True, True]),
+}
+# returns: A = 1, B = 0, group-1 episode = 2
+# turn scores (return + penalty -0.1 on the invalid turn): [1, 1, 0, -0.1, 0 | 2]
+SCORES = [1.0, 1.0, 0.0, -0.1, 0.0]
+MEAN0 = sum(SCORES) / 5  # 0.38
+STD0 = math.sqrt(sum((s - MEAN0) ** 2 for s in SCORES) / 4)  # sqrt(1.288 / 4) = 0.567450
+
+
+def test_gigpo_hand_mean_norm() -> None:
+    # A_E = score - 0.38 = [0.62, 0.62, -0.38, -0.48, -0.38]; group 1 alone: mean 0 -> 2
+    # step returns (gamma 0.5): A: [0 + 0.5 * 1, 1] = [0.5, 1]; B: [0, 0, 0], penalty on B1: -0.1
+    # clusters in group 0: s0 = {A0: 0.5, B0: 0} mean 0.25 -> [+0.25, -0.25]
+    #                      s1 = {A1: 1, B2: 0} mean 0.5 -> [+0.5, -0.5];  s2 = {B1} alone -> 0
+    # group 1's s0 is another cluster (never across groups): alone -> 0
+    # A = A_E + A_S = [0.87, 1.12, -0.63, -0.48, -0.88, 2]
+    adv = gigpo(**CASE, gamma=0.5, step_weight=1.0, norm="mean_norm", invalid_penalty=-0.1)
+    close(adv, [0.87, 1.12, -0.63, -0.48, -0.88, 2.0])
+    assert adv.dtype == torch.float64
+    # step_weight 0 leaves the episode part only
+    close(gigpo(**CASE, gamma=0.5, step_weight=0.0), [0.62, 0.62, -0.38, -0.48, -0.38, 2.0])
+
+
+def test_gigpo_hand_mean_std_norm() -> None:
+    # A_E = (score - 0.38) / (0.567450 + eps); group 1: 2 / (1 + eps)
+    # s0: [0.5, 0] -> std sqrt(2 * 0.25^2 / 1) = 0.353553 -> +-0.25 / (0.353553 + eps)
+    # s1: [1, 0]   -> std sqrt(2 * 0.5^2 / 1) = 0.707107 -> +-0.5 / (0.707107 + eps)
+    std_s0, std_s1 = math.sqrt(0.125), math.sqrt(0.5)
+    episode = [(s - MEAN0) / (STD0 + EPS) for s in SCORES] + [2 / (1 + EPS)]
+    step = [0.25 / (std_s0 + EPS), 0.5 / (std_s1 + EPS), -0.25 / (std_s0 + EPS), 0.0, -0.5 / (std_s1 + EPS), 0.0]
+    adv = gigpo(**CASE, gamma=0.5, step_weight=0.5, norm="mean_std_norm")
+    close(adv, [e + 0.5 * s for e, s in zip(episode, step, strict=True)])
+    assert STD0 == pytest.approx(0.567450, abs=1e-6)
+
+
+def test_gigpo_rejects_unknown_norm() -> None:
+    with pytest.raises(ValueError, match="valid: mean_norm, mean_std_norm"):
+        gigpo(**CASE, norm="std")
+
+
+# ------------------------------------------------------------------------ turn-level registry
+def test_turn_grpo_hand() -> None:
+    # cross_steps: stats over the 5 turn scores of group 0 (mean 0.38, std 0.567450)
+    expected = [(s - MEAN0) / (STD0 + EPS) for s in SCORES] + [2 / (1 + EPS)]
+    close(advantages.get("grpo")(**CASE), expected)
+    # one return per episode: group 0 returns [1, 0], mean 0.5, std sqrt(0.5) = 0.707107;
+    # each turn's score is normalised with them: A-turns 0.5 / 0.707107 = 0.707106,
+    # B-turns -0.5 / 0.707107, invalid B1 -0.6 / 0.707107 = -0.848528; group 1: one episode -> 2
+    sd = math.sqrt(0.5) + EPS
+    close(
+        advantages.get("grpo")(**CASE, cross_steps=False),
+        [0.5 / sd, 0.5 / sd, -0.5 / sd, -0.6 / sd, -0.5 / sd, 2 / (1 + EPS)],
+    )
+    close(
+        advantages.get("grpo")(**CASE, norm_by_std=False, invalid_penalty=0.0), [0.6, 0.6, -0.4, -0.4, -0.4, 2.0]
+    )  # scores [1, 1, 0, 0, 0], mean 0.4
+
+
+def test_turn_rloo_hand() -> None:
+    # one return per episode: A's baseline = B's return 0 -> [1, 1]; B's baseline = 1 ->
+    # [-1, -1.1, -1]; group 1 has a single episode -> 0
+    close(advantages.get("rloo")(**CASE, cross_steps=False), [1.0, 1.0, -1.0, -1.1, -1.0, 0.0])
+    # cross steps: A's baseline = mean of B's turn scores (0 - 0.1 + 0) / 3 = -1/30;
+    # B's baseline = mean of A's turn scores = 1
+    close(advantages.get("rloo")(**CASE), [1 + 1 / 30, 1 + 1 / 30, -1.0, -1.1, -1.0, 0.0])
+
+
+def test_turn_gigpo_matches_function() -> None:
+    torch.testing.assert_close(advantages.get("gigpo")(**CASE, gamma=0.5), gigpo(**CASE, gamma=0.5))
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo"])
+def test_unknown_cfg_key_is_type_error(name: str) -> None:
+    with pytest.raises(TypeError):
+        advantages.get(name)(**CASE, bogus=1)
+
+
+def test_estimator_kwargs() -> None:
+    block = {
+        "name": "gigpo",
+        "gamma": 0.9,
+        "step_weight": 1.0,
+        "norm": "mean_norm",
+        "norm_by_std": True,
+        "cross_steps": True,
+        "invalid_penalty": -0.1,
+    }
+    assert advantages.estimator_kwargs("gigpo", block) == {
+        "gamma": 0.9,
+        "step_weight": 1.0,
+        "norm": "mean_norm",
+        "invalid_penalty": -0.1,
+    }
+    assert advantages.estimator_kwargs("grpo", block) == {
+        "norm_by_std": True,
+        "cross_steps": True,
+        "invalid_penalty": -0.1,
+    }
+    with pytest.raises(TypeError, match="gama"):
+        advantages.estimator_kwargs("gigpo", {"gama": 0.9})
+    with pytest.raises(TypeError):
+        advantages.estimator_kwargs("gigpo", {"valid": True})
+
+
+# -------------------------------------------------------------------------------- properties
+@st.composite
+def turn_samples(draw, distinct_anchors: bool = False):
+    """Random groups x episodes x turns, shuffled; anchors drawn from a tiny set (repeats)."""
+    seed = draw(st.integers(0, 2**31 - 1))
+    num_groups = draw(st.integers(1, 4))
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    episode_id = 0
+    for group in range(num_groups):
+        for _ in range(draw(st.integers(1, 4))):
+            for turn in range(draw(st.integers(1, 5))):
+                rows.append((group * 100 + 3, episode_id, turn))
+            episode_id += 1
+    n = len(rows)
+    order = torch.randperm(n, generator=g)
+    group = torch.tensor([r[0] for r in rows])[order]
+    episode = torch.tensor([r[1] for r in rows])[order]
+    turn = torch.tensor([r[2] for r in rows])[order]
+    anchors = torch.arange(n) * 7919 if distinct_anchors else torch.randint(0, 3, (n,), generator=g)
+    return {
+        "step_rewards": torch.randint(-2, 3, (n,), generator=g).to(F64) / 2,
+        "episode_ids": episode,
+        "turn_idx": turn,
+        "group_ids": group,
+        "anchor_keys": anchors,
+        "valid": torch.rand(n, generator=g) > 0.2,
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.lists(st.integers(2, 6), min_size=1, max_size=5), st.booleans())
+def test_grpo_sums_to_zero_per_group(seed, sizes, by_std) -> None:
+    g = torch.Generator().manual_seed(seed)
+    groups = torch.repeat_interleave(torch.arange(len(sizes)) * 11, torch.tensor(sizes))
+    groups = groups[torch.randperm(groups.numel(), generator=g)]
+    adv = grpo(torch.randn(groups.numel(), generator=g, dtype=F64), groups, norm_by_std=by_std)
+    sums = torch.zeros(len(sizes), dtype=F64).index_add_(0, torch.unique(groups, return_inverse=True)[1], adv)
+    torch.testing.assert_close(sums, torch.zeros_like(sums), atol=1e-9, rtol=0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    turn_samples(distinct_anchors=True),
+    st.sampled_from(advantages.NORM_MODES),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 2.0),
+)
+def test_gigpo_distinct_anchors_is_episode_part(data, norm, gamma, weight) -> None:
+    adv = gigpo(**data, gamma=gamma, step_weight=weight, norm=norm)
+    episode_part = advantages.get("grpo")(**data, norm_by_std=norm == "mean_std_norm", cross_steps=True)
+    torch.testing.assert_close(adv, episode_part)
+
+
+@settings(max_examples=50, deadline=None)
+@given(turn_samples(), st.integers(0, 2**31 - 1), st.sampled_from(["grpo", "rloo", "gigpo"]))
+def test_estimators_are_order_invariant(data, seed, name) -> None:
+    perm = torch.randperm(data["step_rewards"].numel(), generator=torch.Generator().manual_seed(seed))
+    full = advantages.get(name)(**data)
+    permuted = advantages.get(name)(**{k: v[perm] for k, v in data.items()})
+    torch.testing.assert_close(permuted, full[perm])
+
+
+def _reference_returns(data, gamma):
+    """Slow per-episode loop, for comparison."""
+    out = torch.zeros_like(data["step_rewards"])
+    for ep in data["episode_ids"].unique():
+        idx = (data["episode_ids"] == ep).nonzero().flatten()
+        idx = idx[torch.argsort(data["turn_idx"][idx])]
+        running = 0.0
+        for i in reversed(idx.tolist()):
+            running = data["step_rewards"][i].item() + gamma * running
+            out[i] = running
+    return out
+
+
+@settings(max_examples=50, deadline=None)
+@given(turn_samples(), st.floats(0.0, 1.0))
+def test_step_returns_match_reference(data, gamma) -> None:
+    got = step_returns(data["step_rewards"], data["episode_ids"], data["turn_idx"], gamma)
+    torch.testing.assert_close(got, _reference_returns(data, gamma))
+
+
+def test_gigpo_is_vectorised() -> None:
+    """20,000 shuffled turn samples (groups of 8 episodes x 10 turns): far below a Python loop.
+
+    ``bench/algos.py --check`` holds the real budget (50 ms); this bound is loose so the test
+    stays reliable on a loaded 2-core machine.
+    """
+    g = torch.Generator().manual_seed(0)
+    episode = torch.arange(2000).repeat_interleave(10)
+    turn = torch.arange(10).repeat(2000)
+    group = episode // 8
+    order = torch.randperm(episode.numel(), generator=g)
+    data = {
+        "step_rewards": torch.randn(20_000, generator=g)[order],
+        "episode_ids": episode[order],
+        "turn_idx": turn[order],
+        "group_ids": group[order],
+        "anchor_keys": (group * 1000 + turn * 10 + torch.randint(0, 3, (20_000,), generator=g))[order],
+        "valid": (torch.rand(20_000, generator=g) > 0.1)[order],
+    }
+    gigpo(**data)  # warm-up
+    start = time.perf_counter()
+    gigpo(**data)
+    assert time.perf_counter() - start < 0.5

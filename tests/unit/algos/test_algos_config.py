@@ -1,0 +1,269 @@
+"""Registry errors, validate_algo_config and the configs/algo presets."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from arl import algos
+from arl.algos import advantages, filters, kl, policy_losses, registry
+from arl.algos.objective import ObjectiveConfig
+
+ALGO_DIR = Path(__file__).resolve().parents[3] / "configs" / "algo"
+PRESETS = sorted(p.stem for p in ALGO_DIR.glob("*.yaml"))
+EXPECTED_PRESETS = {
+    "base",
+    "grpo",
+    "gspo",
+    "cispo",
+    "sapo",
+    "cispo_seqmask",
+    "sapo_seqmask",
+    "gigpo",
+    "dapo_grpo",
+    "dapo_gigpo",
+    "sampo",
+}
+
+
+# ------------------------------------------------------------------------------------ registry
+def test_registry_basics_and_errors() -> None:
+    reg = registry.Registry("widget")
+
+    @reg.register("b", "b_alias")
+    def b() -> int:
+        return 2
+
+    @reg.register("a")
+    def a() -> int:
+        return 1
+
+    assert reg.get("a")() == 1 and reg.get("b_alias") is b
+    assert reg.names() == ("a", "b", "b_alias") and "a" in reg and len(reg) == 3
+    with pytest.raises(KeyError) as err:
+        reg.get("c")
+    assert str(err.value) == "unknown widget 'c'; valid: a, b, b_alias"
+    with pytest.raises(ValueError, match="valid: a, b, b_alias"):
+        reg.get(["unhashable"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("a")(a)
+
+
+@pytest.mark.parametrize(
+    ("get", "message"),
+    [
+        (policy_losses.get, "unknown policy loss 'nope'; valid: cispo, gspo, ppo_clip, reinforce, sapo"),
+        (advantages.get, "unknown advantage estimator 'nope'; valid: gigpo, grpo, rloo"),
+        (filters.get, "unknown filter 'nope'; valid: dapo, none, stage_aware"),
+        (kl.get, "unknown kl estimator 'nope'; valid: abs, k1, k2, k3, low_var_kl"),
+    ],
+)
+def test_component_registries_list_valid_names(get, message: str) -> None:
+    with pytest.raises(KeyError) as err:
+        get("nope")
+    assert str(err.value) == message
+
+
+def test_package_exports() -> None:
+    for name in (
+        "registry",
+        "aggregation",
+        "policy_losses",
+        "advantages",
+        "kl",
+        "filters",
+        "diagnostics",
+        "objective",
+        "validate_algo_config",
+        "objective_config_from_algo",
+    ):
+        assert hasattr(algos, name)
+
+
+# ------------------------------------------------------------------------------------- presets
+def load_preset(name: str) -> dict[str, Any]:
+    """Merge base.yaml with a preset the way Hydra does (defaults: [base, _self_])."""
+    base = yaml.safe_load((ALGO_DIR / "base.yaml").read_text())
+    preset = yaml.safe_load((ALGO_DIR / f"{name}.yaml").read_text()) or {}
+    if name != "base":
+        assert preset.pop("defaults") == ["base", "_self_"]
+
+    def merge(dst: dict, src: dict) -> dict:
+        for key, value in src.items():
+            if isinstance(value, dict):
+                assert key in dst, f"{name}.yaml adds unknown key {key}"
+                merge(dst[key], value)
+            else:
+                dst[key] = value
+        return dst
+
+    return merge(copy.deepcopy(base), preset)
+
+
+def test_all_presets_present() -> None:
+    assert EXPECTED_PRESETS <= set(PRESETS)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_preset_loads_and_validates(name: str) -> None:
+    algo = load_preset(name)
+    algos.validate_algo_config(algo)
+    cfg = algos.objective_config_from_algo(algo)
+    assert isinstance(cfg, ObjectiveConfig)
+    adv_name, adv_kwargs = algos.advantage_kwargs_from_algo(algo)
+    advantages.get(adv_name)  # exists
+    filter_name, filter_kwargs = algos.filter_kwargs_from_algo(algo)
+    filters.get(filter_name)
+    assert "name" not in adv_kwargs and "max_rollout_rounds" not in filter_kwargs
+
+
+def test_base_has_exactly_the_schema() -> None:
+    base = load_preset("base")
+    schema = algos.config.SCHEMA
+    assert set(base) == set(schema)
+    for key, rule in schema.items():
+        if isinstance(rule, dict):
+            assert set(base[key]) == set(rule), key
+
+
+def test_sampo_preset_values() -> None:
+    algo = load_preset("sampo")
+    assert algo["loss"]["name"] == "gspo" and algo["loss"]["agg"] == "token-mean"
+    assert (algo["loss"]["clip_ratio_low"], algo["loss"]["clip_ratio_high"]) == (3e-3, 4e-3)
+    assert algo["advantage"]["name"] == "gigpo" and algo["filter"]["name"] == "dapo"
+    assert (algo["advantage"]["gamma"], algo["advantage"]["step_weight"]) == (0.95, 1.0)
+    assert algo["kl"] == {"coef": 0.01, "estimator": "k3", "in_loss": True}
+    assert algo["entropy_coeff"] == 0.001
+    name, kwargs = algos.advantage_kwargs_from_algo(algo)
+    assert name == "gigpo" and kwargs == {
+        "gamma": 0.95,
+        "step_weight": 1.0,
+        "norm": "mean_norm",
+        "invalid_penalty": -0.1,
+    }
+
+
+def test_seqmask_presets() -> None:
+    for name, loss in (("cispo_seqmask", "cispo"), ("sapo_seqmask", "sapo")):
+        cfg = algos.objective_config_from_algo(load_preset(name))
+        assert cfg.loss_name == loss and cfg.seq_mask_delta == pytest.approx(3e-3)
+    cispo = algos.objective_config_from_algo(load_preset("cispo"))
+    assert (cispo.loss.clip_ratio_low, cispo.loss.clip_ratio_high, cispo.seq_mask_delta) == (1.0, 0.2, None)
+
+
+def test_presets_compose_with_hydra(tmp_path: Path) -> None:
+    """The presets work as the `algo` group of a primary config (relative `- base` default)."""
+    hydra = pytest.importorskip("hydra")
+    from omegaconf import OmegaConf
+
+    shutil.copytree(ALGO_DIR, tmp_path / "algo")
+    (tmp_path / "config.yaml").write_text("defaults:\n  - algo: grpo\n  - _self_\n")
+    with hydra.initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        for name in PRESETS:
+            if name == "base":
+                continue
+            cfg = hydra.compose(config_name="config", overrides=[f"algo={name}"])
+            algo = OmegaConf.to_container(cfg.algo, resolve=True)
+            assert algo == load_preset(name), name
+            algos.validate_algo_config(cfg.algo)  # a DictConfig is accepted too
+        cfg = hydra.compose(config_name="config", overrides=["algo=sampo", "algo.loss.agg=seq-mean-token-mean"])
+        assert algos.objective_config_from_algo(cfg.algo).loss_agg == "seq-mean-token-mean"
+
+
+# ------------------------------------------------------------------------------------ validation
+BAD_VALUES = [
+    ("name", ""),
+    ("loss.name", "nope"),
+    ("loss.agg", "token-sum"),
+    ("loss.clip_ratio_low", -0.1),
+    ("loss.clip_ratio_high", -1e-3),
+    ("loss.clip_ratio_c", 1.0),
+    ("loss.tau_pos", 0.0),
+    ("loss.tau_neg", -1.0),
+    ("loss.clip_ratio_low", "3e-3"),  # a string where a number belongs
+    ("seq_mask.enabled", "yes"),
+    ("seq_mask.delta", -1e-3),
+    ("rollout_correction.enabled", 1),
+    ("rollout_correction.cap", 0.5),
+    ("advantage.name", "gae"),
+    ("advantage.gamma", 1.5),
+    ("advantage.gamma", -0.1),
+    ("advantage.step_weight", -1.0),
+    ("advantage.norm", "std_norm"),
+    ("advantage.norm_by_std", None),
+    ("advantage.cross_steps", "true"),
+    ("advantage.invalid_penalty", 0.5),
+    ("filter.name", "dapo2"),
+    ("filter.max_rollout_rounds", 0),
+    ("filter.max_rollout_rounds", 2.5),
+    ("filter.valid_ratio_threshold", 1.5),
+    ("kl.coef", -0.01),
+    ("kl.estimator", "k4"),
+    ("kl.in_loss", "no"),
+    ("entropy_coeff", float("nan")),
+]
+
+
+def with_value(algo: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    algo = copy.deepcopy(algo)
+    node = algo
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    return algo
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_VALUES)
+def test_validate_names_the_bad_key(key: str, value: Any) -> None:
+    algo = with_value(load_preset("sampo"), key, value)
+    with pytest.raises(ValueError) as err:
+        algos.validate_algo_config(algo)
+    assert f"algo.{key}={value!r}" in str(err.value)
+    with pytest.raises(ValueError):
+        algos.objective_config_from_algo(algo)
+
+
+def test_validate_message_lists_valid_names() -> None:
+    with pytest.raises(ValueError) as err:
+        algos.validate_algo_config(with_value(load_preset("base"), "loss.name", "nope"))
+    assert "algo.loss.name='nope' is not valid; valid: cispo, gspo, ppo_clip, reinforce, sapo" in str(err.value)
+
+
+def test_validate_missing_and_unknown_keys() -> None:
+    algo = load_preset("base")
+    del algo["kl"]["coef"]
+    algo["loss"]["clip_ratio"] = 0.2
+    algo["extra"] = 1
+    with pytest.raises(ValueError) as err:
+        algos.validate_algo_config(algo)
+    message = str(err.value)
+    assert "algo.kl.coef is missing" in message
+    assert "algo.loss.clip_ratio is not a known key" in message
+    assert "algo.extra is not a known key" in message
+    with pytest.raises(ValueError, match="algo.loss must be a mapping"):
+        algos.validate_algo_config(with_value(load_preset("base"), "loss", "ppo_clip"))
+
+
+def test_objective_config_from_algo_switches() -> None:
+    algo = load_preset("base")
+    cfg = algos.objective_config_from_algo(algo)
+    assert cfg.seq_mask_delta is None and cfg.rollout_correction_cap is None
+    assert (cfg.kl_coef, cfg.kl_estimator, cfg.kl_in_loss, cfg.entropy_coeff) == (0.01, "k3", True, 0.001)
+    algo["seq_mask"]["enabled"] = True
+    algo["rollout_correction"]["enabled"] = True
+    cfg = algos.objective_config_from_algo(algo)
+    assert cfg.seq_mask_delta == pytest.approx(3e-3) and cfg.rollout_correction_cap == 2.0
+
+
+def test_filter_kwargs_from_algo() -> None:
+    algo = load_preset("base")
+    algo["filter"]["name"] = "stage_aware"
+    assert algos.filter_kwargs_from_algo(algo) == ("stage_aware", {"valid_ratio_threshold": 0.9})
+    algo["filter"]["name"] = "dapo"
+    assert algos.filter_kwargs_from_algo(algo) == ("dapo", {})

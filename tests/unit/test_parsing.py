@@ -1,0 +1,52 @@
+"""The strict <think>/<action> parser: every rule of the format, by hand."""
+
+import pytest
+from hypothesis import given, strategies as st
+
+from arl.agent.parsing import parse_response
+
+MOVES = ["up", "down", "left", "right"]
+
+
+@pytest.mark.parametrize(
+    "text, valid, action, reason",
+    [
+        ("<think>box is left</think><action>left</action>", True, "left", ""),
+        ("  <think>x</think>\n<action> Up </action>\n", True, "up", ""),
+        ("<think></think><action>down</action>", True, "down", ""),
+        ("", False, "", "empty"),
+        ("   \n", False, "", "empty"),
+        ("<action>up</action>", False, "", "missing <think>"),
+        ("<think>hm</think>", False, "", "missing <action>"),
+        ("<think>a</think><think>b</think><action>up</action>", False, "", "repeated <think>"),
+        ("<think>a</think><action>up</action><action>up</action>", False, "", "repeated <action>"),
+        ("sure! <think>a</think><action>up</action>", False, "", "text outside tags"),
+        ("<think>a</think>so<action>up</action>", False, "", "text outside tags"),
+        ("<think>a</think><action>up</action> done", False, "", "text outside tags"),
+        ("<action>up</action><think>a</think>", False, "", "wrong tag order"),
+        ("<think>a</think><action>  </action>", False, "", "empty action"),
+        ("<think>a</think><action>jump</action>", False, "jump", "not admissible"),
+        ("<think>a<action>up</action></think>", False, "", "wrong tag order"),
+    ],
+)
+def test_cases(text, valid, action, reason):
+    p = parse_response(text, MOVES)
+    assert (p.valid, p.action, p.reason) == (valid, action, reason)
+
+
+def test_without_admissible_any_action_passes():
+    p = parse_response("<think>t</think><action>go to desk 1</action>")
+    assert p.valid and p.action == "go to desk 1" and p.think == "t"
+
+
+def test_admissible_returns_canonical_spelling():
+    p = parse_response("<think>t</think><action>GO   to Desk 1</action>", ["go to desk 1", "look"])
+    assert p.valid and p.action == "go to desk 1"
+
+
+@given(st.text(max_size=300))
+def test_never_raises_and_invalid_has_reason(text):
+    p = parse_response(text, MOVES)
+    assert p.valid == (p.reason == "")
+    if p.valid:
+        assert p.action in MOVES
