@@ -76,7 +76,7 @@ def _groups(returns: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor,
 
 def _result(uniq: Tensor, index: Tensor, keep_group: Tensor) -> FilterResult:
     return FilterResult(
-        keep=keep_group[index],
+        keep=keep_group.index_select(0, index),
         kept_group_ids=uniq[keep_group].to(torch.long),
         kept_groups=int(keep_group.sum()),
         total_groups=int(uniq.shape[0]),

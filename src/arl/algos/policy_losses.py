@@ -57,10 +57,15 @@ REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
 get = REGISTRY.get
 
 
+def _zero_outside(values: Tensor, mask: Tensor) -> Tensor:
+    """values where mask != 0, else 0 (a non-finite value on padding must not become NaN)."""
+    return torch.where(mask != 0, values, torch.zeros_like(values))
+
+
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
     """Mean of ``values`` over ``mask`` (0 for an empty mask). Any shapes that broadcast."""
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    return (_zero_outside(values, mask) * mask).sum() / mask.sum().clamp_min(1.0)
 
 
 def _log_ratio(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
@@ -77,7 +82,7 @@ def sequence_log_ratio(log_prob: Tensor, old_log_prob: Tensor, response_mask: Te
     """log s_i = (1/|y_i|) sum_t m_t (log pi - log pi_old). (B, T) -> (B,); 0 for empty rows."""
     mask = response_mask.to(log_prob.dtype)
     lengths = mask.sum(dim=-1).clamp_min(1.0)
-    return ((log_prob - old_log_prob) * mask).sum(dim=-1) / lengths
+    return (_zero_outside(log_prob - old_log_prob, mask) * mask).sum(dim=-1) / lengths
 
 
 @REGISTRY.register("ppo_clip")
@@ -168,6 +173,7 @@ def cispo(
     with torch.no_grad():
         ratio = torch.exp(_log_ratio(log_prob, old_log_prob))
         weight = ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
+        weight = _zero_outside(weight, mask)  # no NaN weight on padding (it would reach the grad)
     loss_mat = -weight * advantages * log_prob
 
     metrics = _base_metrics(log_prob, old_log_prob, mask)

@@ -45,12 +45,12 @@ class TinyConfig:
     """What determines the embedded model; the cache key hashes all of it."""
 
     vocab_size: int = 1024
-    hidden_size: int = 256
-    intermediate_size: int = 768
+    hidden_size: int = 128
+    intermediate_size: int = 512
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
-    head_dim: int = 64
+    head_dim: int = 32
     max_position_embeddings: int = 2048
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = True

@@ -242,3 +242,27 @@ def test_sequence_mask_never_drops_positive_advantage(batch, delta) -> None:
     assert bool((mean_adv[dropped] < 0).all()) and bool((drift[dropped] > delta).all())
     # rows are either kept whole or dropped whole
     assert bool(((out == mask) | (out == 0)).all())
+
+
+@pytest.mark.parametrize("name", policy_losses.REGISTRY.names())
+def test_non_finite_padding_does_not_leak(name: str) -> None:
+    """Garbage log-probs on padded positions change neither the loss nor the gradient."""
+    mask = t([[1, 1, 0]])
+    old = t([[-1.0, -2.0, float("nan")]])
+    clean = t([[-1.1, -1.9, 0.0]]).requires_grad_(True)
+    dirty = t([[-1.1, -1.9, float("-inf")]]).requires_grad_(True)
+    values = []
+    for lp, old_lp in ((clean, old.nan_to_num(0.0)), (dirty, old)):
+        loss_mat, metrics = policy_losses.get(name)(
+            log_prob=lp,
+            old_log_prob=old_lp,
+            advantages=t([[1.0, 1.0, 1.0]]),
+            response_mask=mask,
+            cfg=PolicyLossConfig(),
+        )
+        value = aggregation.agg_loss(loss_mat, mask, "seq-mean-token-mean")
+        value.backward()
+        values.append((value.item(), metrics["ppo_kl"].item()))
+    assert values[0] == pytest.approx(values[1])
+    torch.testing.assert_close(dirty.grad[:, :2], clean.grad[:, :2])
+    assert torch.isfinite(dirty.grad).all()

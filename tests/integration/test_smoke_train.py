@@ -1,0 +1,63 @@
+"""The whole pipeline through real Lightning Trainers: BC, RL, validation, export, eval."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+from arl_testing import ROOT, compose
+
+REQUIRED_TAGS = {
+    "rollout/success_rate",
+    "rollout/valid_action_ratio",
+    "actor/pg_loss",
+    "actor/kl_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "val/success_rate",
+}
+
+
+def _scalar_tags(folder: Path) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for events in folder.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    return tags
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    from arl.pipeline import train
+
+    out = tmp_path_factory.mktemp("smoke")
+    cfg = compose(["debug=smoke", "rollout.max_new_tokens=16", "algo.filter.name=none"], output_dir=str(out))
+    results = train(cfg)
+    return out, results
+
+
+def test_smoke_run_leaves_events_and_hf_folder(smoke_run):
+    out, results = smoke_run
+    tags = _scalar_tags(out / "tensorboard")
+    assert REQUIRED_TAGS <= tags, REQUIRED_TAGS - tags
+    assert "bc/loss" in tags
+    model = AutoModelForCausalLM.from_pretrained(results["policy_hf"])
+    assert type(model).__name__ == "Qwen3ForCausalLM"
+    assert (out / "checkpoints" / "last.ckpt").exists()
+    assert 0.0 <= results["val_after_rl"]["val/success_rate"] <= 1.0
+
+
+def test_eval_cli_on_the_run(smoke_run):
+    out, _ = smoke_run
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "eval.py"), f"ckpt_path={out / 'checkpoints' / 'last.ckpt'}",
+         "rollout.val_episodes=4", f"paths.log_dir={out / 'eval_logs'}"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "val/success_rate" in proc.stdout
