@@ -86,3 +86,12 @@ def test_cli_stops_fast_before_loading_a_model(tmp_path, override, must_list):
         assert name in msg
     assert not (tmp_path / "cache").exists(), "a model was built before validation"
     assert elapsed < 60
+
+
+def test_seeds_search_is_a_multirun_over_seeds():
+    cfg = compose(["hparams_search=seeds"], output_dir="/tmp/x")
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    assert str(hc.mode) == "RunMode.MULTIRUN"
+    assert hc.sweeper.params["seed"] == "1,2,3"

@@ -262,3 +262,18 @@ def test_random_play_invariants(seed, actions):
     expected = -0.1 * steps + (env.level.boxes_on_targets - start.boxes_on_targets)
     expected += 10 * env.level.solved
     assert total == pytest.approx(expected)
+
+
+def test_compact_prompt_style_is_short_and_keeps_format_and_grid():
+    from arl.envs.sokoban import SokobanEnv
+
+    full, compact = SokobanEnv(), SokobanEnv(prompt_style="compact")
+    obs, info = compact.reset(3)
+    text = compact.spec.render_prompt(obs, "Previous actions: up", info)
+    assert "<action>up|down|left|right</action>" in text and text.endswith(obs)
+    assert "Previous actions: up" in text
+    assert len(text) < len(full.spec.render_prompt(obs, "Previous actions: up", info)) / 2
+    import pytest
+
+    with pytest.raises(ValueError, match="prompt_style"):
+        SokobanEnv(prompt_style="nope")

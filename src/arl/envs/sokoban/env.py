@@ -19,7 +19,7 @@ from arl.envs.base import EnvSpec, StepResult
 from arl.envs.sokoban.boxoban import load_boxoban
 from arl.envs.sokoban.generator import generate_level
 from arl.envs.sokoban.level import ACTIONS, Level, render_grid
-from arl.envs.sokoban.prompt import TASK, render_prompt
+from arl.envs.sokoban.prompt import PROMPT_STYLES, TASK, render_compact_prompt, render_prompt
 from arl.envs.sokoban.solver import Board, solve
 
 STEP_PENALTY = -0.1
@@ -72,6 +72,7 @@ class SokobanEnv:
         max_actions_per_turn: int = 3,
         end_on_deadlock: bool = False,
         fit_max_steps: bool = True,
+        prompt_style: str = "full",
     ):
         if max_steps < 1:
             raise ValueError("max_steps must be >= 1")
@@ -86,11 +87,14 @@ class SokobanEnv:
         self.fit_max_steps = bool(fit_max_steps)
         self.boxoban_path = boxoban_path
         self.levels = load_boxoban(boxoban_path) if boxoban_path else None
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
+        self.prompt_style = prompt_style
         self.spec = EnvSpec(
             name="sokoban",
             max_turns=self.max_steps,  # every turn takes at least one env step
             invalid_action="noop",
-            render_prompt=render_prompt,
+            render_prompt=render_prompt if prompt_style == "full" else render_compact_prompt,
             check_admissible=not self.multi_action,
         )
         self.level: Level | None = None  # the current state

@@ -41,3 +41,20 @@ def render_prompt(observation: str, history_text: str, info: dict[str, Any]) -> 
         parts.append(history_text.strip())
     parts.append(f"Current state:\n{observation}")
     return "\n".join(parts)
+
+
+PROMPT_STYLES = ("full", "compact")
+COMPACT_HEADER = "Sokoban. Answer <think>...</think><action>up|down|left|right</action>."
+
+
+def render_compact_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
+    """The ``compact`` user message: a one-line header, the history, the grid.
+
+    For models that learn the game from behaviour cloning rather than from the rules (the
+    embedded tiny model): it keeps the answer format but drops the prose rules and legend.
+    """
+    parts = [COMPACT_HEADER]
+    if history_text and history_text.strip():
+        parts.append(history_text.strip())
+    parts.append(f"Current state:\n{observation}")
+    return "\n".join(parts)
