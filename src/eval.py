@@ -11,6 +11,7 @@ apply on top.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import hydra
 from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # logs/ under the repo
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

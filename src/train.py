@@ -6,6 +6,7 @@ Composes the Hydra config, validates it before anything heavy is built, and hand
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
+os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # logs/ under the repo
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("ARL_ROOT", str(ROOT))
 CONFIG_DIR = ROOT / "configs"
 SHARED_DATA = Path(os.environ.get("ARL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 

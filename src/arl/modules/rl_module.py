@@ -22,6 +22,9 @@ from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo
 from arl.modules.forward import forward_log_probs
 
 
+_ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
+
+
 class AgenticRLModule(LightningModule):
     """Policy-gradient training of an LLM agent on rollout batches.
 
@@ -209,10 +212,18 @@ class AgenticRLModule(LightningModule):
                     if not torch.isfinite(loss):
                         finite = False
                         break
-                    self.manual_backward(loss)
+                    # normalisers are global over ranks while DDP averages gradients: undo the mean
+                    self.manual_backward(loss * self._world_size())
+                    stats = diagnostics.is_stats(
+                        log_prob.detach(), old, micro["advantages"], micro["response_mask"],
+                        self.objective.loss.clip_ratio_low, self.objective.loss.clip_ratio_high,
+                    )
+                    m = {**m, **{f"is/{k}": v for k, v in stats.items()}}
+                    # pg/kl/entropy come as this micro-batch's share of the mini-batch value;
+                    # rates (clipfrac, ppo_kl, ...) are local means, weighted by token share
                     share = float(micro["response_mask"].sum() / global_tokens.clamp_min(1))
                     for k, v in m.items():
-                        mb_metrics[k] += float(v) * (1.0 if k == "masked_seqs" else share)
+                        mb_metrics[k] += float(v) * (1.0 if k in _ADDITIVE_METRICS else share)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if finite else torch.tensor(float("nan"))
                 if not finite or not torch.isfinite(grad_norm):
                     opt.zero_grad(set_to_none=True)
@@ -224,11 +235,14 @@ class AgenticRLModule(LightningModule):
                 mb_metrics["grad_norm"] = float(grad_norm)
                 for k, v in mb_metrics.items():
                     sums[k] += v
-        return {f"actor/{k}": v / max(steps, 1) for k, v in sums.items()}
+        return {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
 
     def _reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
         """Sum over data-parallel ranks (identity on one process)."""
-        if self.trainer is not None and self.trainer.world_size > 1:
+        if self._world_size() > 1:
             return self.trainer.strategy.reduce(value.float(), reduce_op="sum")
         return value.float()
 
