@@ -37,6 +37,25 @@ def run_validation(loop, rollout: dict[str, Any]) -> dict[str, float]:
     return episode_metrics([e for b in batches for e in b.episodes], "val/")
 
 
+def run_config_file(ckpt: Path) -> Path | None:
+    """The ``.hydra/config.yaml`` of the run that wrote ``ckpt`` (a checkpoint or HF folder)."""
+    run_dir = ckpt.parent.parent if ckpt.is_file() else ckpt.parent
+    path = run_dir / ".hydra" / "config.yaml"
+    return path if path.exists() else None
+
+
+def _cli_overrides():
+    """The command-line overrides of this eval run (they win over the run's config)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        overrides = HydraConfig.get().overrides.task
+    except ValueError:  # not under @hydra.main (tests)
+        return OmegaConf.create()
+    keep = [o for o in overrides if o.split("=")[0].split(".")[0] in ("env", "model")]
+    return OmegaConf.from_dotlist(keep)
+
+
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     from arl.models.loading import load_policy
     from arl.pipeline import build_agent_loop, build_engine
@@ -45,11 +64,12 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     if not ckpt.exists():
         raise FileNotFoundError(f"ckpt_path={ckpt} does not exist")
     c = OmegaConf.to_container(cfg, resolve=True)
-    run_cfg_file = ckpt.parent.parent / ".hydra" / "config.yaml"
-    if ckpt.is_file() and cfg.use_run_config and run_cfg_file.exists():
+    run_cfg_file = run_config_file(ckpt)
+    if cfg.use_run_config and run_cfg_file is not None:
         run_cfg = OmegaConf.to_container(OmegaConf.load(run_cfg_file), resolve=False)
         for key in ("model", "env"):
             c[key] = run_cfg[key]
+        c = OmegaConf.to_container(OmegaConf.merge(c, _cli_overrides()), resolve=True)
     L.seed_everything(int(c["seed"]))
     if ckpt.is_dir():
         model, tokenizer = load_policy(ckpt, c["model"].get("dtype", "float32"))

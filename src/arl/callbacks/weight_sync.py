@@ -20,4 +20,5 @@ class WeightSync(Callback):
         t0 = time.perf_counter()
         self.engine.sync(pl_module.policy)
         self.seconds = time.perf_counter() - t0
-        pl_module.log("perf/sync_s", self.seconds, on_step=True, batch_size=1)
+        for logger in trainer.loggers:
+            logger.log_metrics({"perf/sync_s": self.seconds}, step=getattr(pl_module, "iteration", trainer.global_step))

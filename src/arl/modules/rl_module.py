@@ -120,7 +120,7 @@ class AgenticRLModule(LightningModule):
             self.skipped_steps += 1
             metrics["actor/skipped_steps"] = float(self.skipped_steps)
             self.last_metrics = metrics
-            self.log_dict(metrics, on_step=True, batch_size=1)
+            self._log_at_iteration(metrics)
             return
         data = {k: v.to(self.device) for k, v in collate(samples, self.pad_id).items()}
         mask = data["response_mask"]
@@ -175,7 +175,7 @@ class AgenticRLModule(LightningModule):
             }
         )
         self.last_metrics = metrics
-        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(samples))
+        self._log_at_iteration(metrics)
 
     def _update(self, data: dict[str, torch.Tensor], on_policy: bool) -> dict[str, float]:
         """``ppo_epochs`` passes of ``mini_batches`` optimiser steps; returns averaged metrics."""
@@ -237,6 +237,15 @@ class AgenticRLModule(LightningModule):
                     sums[k] += v
         return {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
 
+    def _log_at_iteration(self, metrics: dict[str, float]) -> None:
+        """Send metrics to the loggers with the RL iteration as the x-axis.
+
+        Validation before the first update is logged at step 0 (the BC result), iteration k at k.
+        Loggers write on rank 0 only; the values are already global (torchmetrics, reductions).
+        """
+        for logger in self.loggers:
+            logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=self.iteration)
+
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
 
@@ -262,8 +271,9 @@ class AgenticRLModule(LightningModule):
             "val/return_mean": self.val_return.compute(),
             "val/valid_action_ratio": self.val_valid.compute(),
         }
-        self.log_dict(values, on_step=False, on_epoch=True)
+        self.log_dict(values, on_step=False, on_epoch=True, logger=False)  # for checkpoint monitors
         self.last_val = {k: float(v) for k, v in values.items()}
+        self._log_at_iteration(self.last_val)
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
 
