@@ -241,7 +241,9 @@ class AgenticRLModule(LightningModule):
         """Send metrics to the loggers with the RL iteration as the x-axis.
 
         Validation before the first update is logged at step 0 (the BC result), iteration k at k.
-        Loggers write on rank 0 only; the values are already global (torchmetrics, reductions).
+        Loggers write on rank 0 only: ``val/*`` are global (torchmetrics), but training-time
+        ``rollout/*``, ``actor/*`` and ``is/*`` values are rank 0's own under DDP. The ``is/``
+        quantiles are averaged over micro-batches weighted by token share, not exact quantiles.
         """
         for logger in self.loggers:
             logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=self.iteration)
