@@ -68,6 +68,9 @@ def build_agent_loop(cfg: dict[str, Any], engine, tokenizer) -> AgentLoop:
         show_observations=bool(env.get("show_observations", False)),
         max_turns=env.get("max_turns"),
         max_prompt_tokens=int(cfg["rollout"]["max_prompt_tokens"]),
+        sample_mode=str(cfg["rollout"].get("sample_mode", "turn")),
+        n_workers=int(cfg["rollout"].get("n_workers", 0)),
+        step_timeout=float(cfg["rollout"].get("step_timeout", 60.0)),
     )
 
 

@@ -41,7 +41,9 @@ def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0
         ep = Episode(group_offset + i, group_offset + i, int(seed), loop.env_name, str(info.get("task_type", loop.env_name)))
         history: list[HistoryItem] = []
         for _ in range(loop.max_turns):
-            prompt = loop.prompt_ids(obs, history, info)
+            prompt = loop.next_prompt(ep, obs, history, info)
+            if prompt is None:  # trajectory stream full
+                break
             text = expert(env)
             ids = list(tok(text, add_special_tokens=False)["input_ids"])
             admissible = info.get("admissible_actions") if loop.spec.check_admissible else None

@@ -5,19 +5,35 @@ At every turn it renders the prompt of each active episode, batches all of them 
 ``engine.generate`` call, parses each answer strictly, and steps the environments (the env's no-op
 for invalid answers). What the trainer later sees is exactly what was sampled: the response ids
 and log-probs come from the engine, never from re-tokenised text.
+
+Two sample modes (DESIGN section 3):
+
+- ``turn``: every turn's prompt is rendered afresh: the task, the last ``history_window`` turns as
+  text, the current observation.
+- ``trajectory``: an episode is one growing token stream; turn ``k``'s prompt is the stream so far
+  (every earlier prompt and sampled response, verbatim) plus the chat template's continuation with
+  the new observation. Each turn's ``prompt_ids`` is then a prefix of the next one's, which is what
+  :func:`arl.agent.samples.trajectory_samples` relies on. The template is checked at start-up; one
+  that does not render conversations as growing prefixes falls back to ``turn`` with a warning.
+  An episode whose stream would pass ``max_prompt_tokens`` ends there (``Episode.context_full``).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from arl.agent.parsing import parse_response
-from arl.agent.prompts import HistoryItem, build_messages, encode_prompt, render_history
+from arl.agent.prompts import HistoryItem, TemplateError, TrajectoryTemplate, build_messages, encode_prompt, render_history
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.pool import EnvPool
 from arl.rollout.engine import RolloutEngine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+SAMPLE_MODES = ("turn", "trajectory")
 
 
 @dataclass(frozen=True)
@@ -54,10 +70,15 @@ class AgentLoop:
         show_observations: bool = False,
         max_turns: int | None = None,
         max_prompt_tokens: int = 2048,
+        sample_mode: str = "turn",
+        n_workers: int = 0,
+        step_timeout: float = 60.0,
     ):
+        if sample_mode not in SAMPLE_MODES:
+            raise ValueError(f"sample_mode={sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
         self.engine = engine
         self.tokenizer = tokenizer
-        self.pool = EnvPool(env_name, env_kwargs)
+        self.pool = EnvPool(env_name, env_kwargs, n_workers=n_workers, step_timeout=step_timeout)
         self.spec = self.pool.spec
         self.env_name = env_name
         self.history_window = history_window
@@ -65,6 +86,16 @@ class AgentLoop:
         self.max_turns = min(max_turns or self.spec.max_turns, self.spec.max_turns)
         self.max_prompt_tokens = max_prompt_tokens
         self.last_stats = RolloutStats()
+        self.sample_mode = sample_mode
+        self.template: TrajectoryTemplate | None = None
+        if sample_mode == "trajectory":
+            template = TrajectoryTemplate(tokenizer)
+            try:
+                template.check()
+                self.template = template
+            except TemplateError as err:
+                log.warning("sample_mode=trajectory is not possible with this chat template (%s); using turn mode", err)
+                self.sample_mode = "turn"
 
     def prompt_ids(self, observation: str, history: list[HistoryItem], info: dict[str, Any]) -> list[int]:
         """Token ids of the prompt of one turn (also used for expert data, so BC sees the same)."""
@@ -108,7 +139,15 @@ class AgentLoop:
         for _turn in range(self.max_turns):
             if not active:
                 break
-            prompts = [self.prompt_ids(obs[s], histories[s], infos[s]) for s in active]
+            prompts, still = [], []
+            for slot in active:
+                ids = self.next_prompt(episodes[slot], obs[slot], histories[slot], infos[slot])
+                if ids is not None:
+                    prompts.append(ids)
+                    still.append(slot)
+            active = still
+            if not active:
+                break
             tg = time.perf_counter()
             gens = self.engine.generate(prompts, params)
             stats.generate_seconds += time.perf_counter() - tg
@@ -163,6 +202,28 @@ class AgentLoop:
         stats.seconds = time.perf_counter() - t0
         self.last_stats = stats
         return episodes
+
+    def next_prompt(self, episode: Episode, observation: str, history: list[HistoryItem], info: dict[str, Any]) -> list[int] | None:
+        """The prompt ids of ``episode``'s next turn in the loop's sample mode.
+
+        Returns None in trajectory mode when the stream would pass ``max_prompt_tokens`` (the
+        episode then ends with ``context_full``). Expert episodes use this too, so behaviour
+        cloning trains on exactly the prompts the policy will see.
+        """
+        if self.template is None:
+            return self.prompt_ids(observation, history, info)
+        if not episode.turns:
+            ids = self.template.first_ids(self.spec.render_prompt(observation, "", info))
+            if len(ids) > self.max_prompt_tokens:
+                raise ValueError(f"first prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={self.max_prompt_tokens}")
+            return ids
+        last = episode.turns[-1]
+        message = self.spec.observation_message(observation, info)
+        ids = last.prompt_ids + last.response_ids + self.template.continuation_ids(message, last.response_ids)
+        if len(ids) > self.max_prompt_tokens:
+            episode.context_full = True
+            return None
+        return ids
 
     def close(self) -> None:
         self.pool.close()

@@ -49,3 +49,75 @@ def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
     """Token ids of ``messages`` with the assistant turn opened (chat template, no extra BOS)."""
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+class TemplateError(ValueError):
+    """The chat template does not render a conversation as a growing prefix."""
+
+
+_PROBE_USER = ("Task: probe.\nState:\n#_@_#", "Result: moved.\nState:\n#@__#")
+_PROBE_ANSWER = "<think>plan: left</think><action>left</action>"
+
+
+class TrajectoryTemplate:
+    """Token ids of a multi-turn conversation built as one growing stream (``trajectory`` mode).
+
+    The stream of an episode is ``prompt_0 + response_0 + cont_1 + response_1 + ...`` where the
+    responses are the ids exactly as sampled and ``cont_k`` closes the assistant turn and renders
+    the next user message with the assistant turn opened. ``cont_k`` comes from the chat template
+    itself (the text it adds after an assistant message and a following user message), so the
+    stream equals what the template renders for the conversation, provided the template renders
+    conversations as growing prefixes. :meth:`check` verifies that with a probe conversation; a
+    template that rewrites earlier turns (e.g. one that drops past ``<think>`` blocks) fails it, and
+    the loop falls back to ``turn`` mode.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._render = lambda msgs, gen: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        eos = tokenizer.eos_token_id
+        self.eos_ids = {eos} if eos is not None else set()
+        self._end_of_assistant: str | None = None
+
+    def check(self) -> None:
+        """Raise :class:`TemplateError` unless the template renders conversations as prefixes."""
+        u0, u1 = _PROBE_USER
+        msgs = [{"role": "user", "content": u0}]
+        first = self._render(msgs, True)
+        msgs.append({"role": "assistant", "content": _PROBE_ANSWER})
+        closed = self._render(msgs, False)
+        if not closed.startswith(first + _PROBE_ANSWER):
+            raise TemplateError("the chat template rewrites the assistant message (its content is not kept verbatim after the generation prompt)")
+        msgs.append({"role": "user", "content": u1})
+        second = self._render(msgs, True)
+        if not second.startswith(closed):
+            raise TemplateError("the chat template re-renders earlier turns when a user message follows")
+        if u1 not in second[len(closed):]:
+            raise TemplateError("the chat template does not render the next user message after the previous turns")
+        self._end_of_assistant = closed[len(first) + len(_PROBE_ANSWER):]
+
+    def first_ids(self, user_text: str) -> list[int]:
+        """Ids of the first prompt: the first user message with the assistant turn opened."""
+        return encode_prompt(self.tokenizer, [{"role": "user", "content": user_text}])
+
+    def continuation_ids(self, user_text: str, last_response_ids: Sequence[int]) -> list[int]:
+        """Ids that follow a sampled response: close the assistant turn, the next user message,
+        the assistant turn opened again.
+
+        When the response already ends with the EOS token that closes the turn (sampling stopped
+        on it), that token is not repeated.
+        """
+        if self._end_of_assistant is None:
+            self.check()
+        u0, _ = _PROBE_USER
+        msgs = [{"role": "user", "content": u0}, {"role": "assistant", "content": _PROBE_ANSWER}]
+        closed = self._render(msgs, False)
+        following = self._render(msgs + [{"role": "user", "content": user_text}], True)
+        if not following.startswith(closed):
+            raise TemplateError("the chat template re-renders earlier turns when a user message follows")
+        text = self._end_of_assistant + following[len(closed):]
+        if last_response_ids and last_response_ids[-1] in self.eos_ids:
+            eos_text = self.tokenizer.decode([last_response_ids[-1]], skip_special_tokens=False)
+            if eos_text and text.startswith(eos_text):
+                text = text[len(eos_text):]
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -46,6 +46,7 @@ class Episode:
     won: bool = False
     score: float = 0.0
     env_error: bool = False  # a worker crashed or timed out: counted, excluded from the update
+    context_full: bool = False  # trajectory mode: the stream reached max_prompt_tokens, episode cut
 
     @property
     def ret(self) -> float:

@@ -1,11 +1,18 @@
-"""Episodes -> training samples -> padded tensors (DESIGN section 3, ``turn`` mode).
+"""Episodes -> training samples -> padded tensors (DESIGN section 3).
 
-In turn mode each turn is one sample: its prompt (which already carries the history window as
-text) followed by the response exactly as sampled. ``response_mask`` is 1 on response tokens
-only. Tensors are right-padded; ``position_ids`` count real tokens from 0.
+Two tables come out of a batch of episodes:
 
-Per-sample fields used by advantages and filters: ``group_id``, ``episode_id``, ``turn``,
-``valid``, ``reward`` (the turn's raw environment reward), ``anchor_key``, ``episode_return``.
+- the **turn table**: one row per turn (:class:`TurnSample`) with what advantages and filters
+  need: ``group_id``, ``episode_id``, ``turn``, ``valid``, ``reward`` (the turn's raw environment
+  reward), ``anchor_key``, ``episode_return``;
+- the **token samples** (:class:`TokenSample`) the policy is trained on. In ``turn`` mode each
+  turn is one sample: its prompt (which carries the history window as text) then the response as
+  sampled. In ``trajectory`` mode each episode is one sample: the whole token stream, with
+  ``response_mask`` 1 on the sampled tokens of every turn and 0 on prompts and observations.
+
+``turn_row`` (B, L) links the two: the turn-table row of each response token (-1 elsewhere), so a
+turn's advantage lands on exactly its own tokens in both modes. Tensors are right-padded;
+``position_ids`` count real tokens from 0.
 """
 
 from __future__ import annotations
@@ -52,26 +59,88 @@ def turn_samples(episodes: Sequence[Episode]) -> list[TurnSample]:
     return out
 
 
-def collate(samples: Sequence[TurnSample], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad samples into a batch; returns the tensors of DESIGN section 3.
+@dataclass
+class TokenSample:
+    """One training row: a token stream, which of its tokens the policy wrote, and their turns."""
 
-    Returns a dict with ``input_ids``, ``attention_mask``, ``position_ids``, ``response_mask``,
-    ``rollout_log_probs`` of shape (B, L) (log-probs sit at the position of the token they score)
-    and ``group_id``, ``episode_id``, ``turn``, ``anchor_key`` (int64), ``valid`` (bool),
-    ``reward``, ``episode_return`` (float) of shape (B,).
+    input_ids: list[int]
+    response_mask: list[float]  # 1.0 on sampled response tokens
+    rollout_log_probs: list[float]  # aligned with input_ids (0 off the response)
+    turn_rows: list[int]  # turn-table row of each token, -1 off the response
+    group_id: int
+    episode_id: int
+
+
+def turn_token_sample(t: TurnSample, row: int) -> TokenSample:
+    """The ``turn``-mode sample of turn-table row ``row``."""
+    p, r = len(t.prompt_ids), len(t.response_ids)
+    return TokenSample(
+        list(t.prompt_ids) + list(t.response_ids), [0.0] * p + [1.0] * r,
+        [0.0] * p + list(t.rollout_log_probs), [-1] * p + [row] * r, t.group_id, t.episode_id,
+    )
+
+
+def trajectory_token_sample(turns: Sequence[TurnSample], first_row: int) -> TokenSample:
+    """The ``trajectory``-mode sample of one episode's turns (rows ``first_row, first_row+1, ...``).
+
+    Each turn's prompt must extend the previous prompt and response verbatim (the agent loop's
+    trajectory mode guarantees it); a ``ValueError`` says which turn does not.
     """
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
-    B, L = len(samples), max(lengths, default=0)
+    last = turns[-1]
+    stream = list(last.prompt_ids) + list(last.response_ids)
+    mask = [0.0] * len(stream)
+    logps = [0.0] * len(stream)
+    rows = [-1] * len(stream)
+    for k, t in enumerate(turns):
+        start, end = len(t.prompt_ids), len(t.prompt_ids) + len(t.response_ids)
+        if stream[:end] != list(t.prompt_ids) + list(t.response_ids):
+            raise ValueError(
+                f"episode {t.episode_id}: turn {k} is not a prefix of the episode's stream; "
+                "was it rolled out with sample_mode=trajectory?"
+            )
+        mask[start:end] = [1.0] * (end - start)
+        logps[start:end] = list(t.rollout_log_probs)
+        rows[start:end] = [first_row + k] * (end - start)
+    return TokenSample(stream, mask, logps, rows, last.group_id, last.episode_id)
+
+
+SAMPLE_MODES = ("turn", "trajectory")
+
+
+def build_samples(episodes: Sequence[Episode], mode: str = "turn") -> tuple[list[TokenSample], list[TurnSample]]:
+    """(token samples, turn table) of the episodes without environment errors."""
+    turns = turn_samples(episodes)
+    if mode == "turn":
+        return [turn_token_sample(t, i) for i, t in enumerate(turns)], turns
+    if mode != "trajectory":
+        raise ValueError(f"sample mode {mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
+    samples, start = [], 0
+    while start < len(turns):
+        end = start
+        while end < len(turns) and turns[end].episode_id == turns[start].episode_id:
+            end += 1
+        samples.append(trajectory_token_sample(turns[start:end], start))
+        start = end
+    return samples, turns
+
+
+def collate_tokens(samples: Sequence[TokenSample], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad token samples: ``input_ids``, ``attention_mask``, ``position_ids``,
+    ``response_mask``, ``rollout_log_probs``, ``turn_row`` of shape (B, L) (a log-prob sits at the
+    position of the token it scores) and ``group_id``, ``episode_id`` (B,)."""
+    B, L = len(samples), max((len(s.input_ids) for s in samples), default=0)
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((B, L), dtype=torch.long)
     response_mask = torch.zeros((B, L), dtype=torch.float32)
     rollout_log_probs = torch.zeros((B, L), dtype=torch.float32)
+    turn_row = torch.full((B, L), -1, dtype=torch.long)
     for i, s in enumerate(samples):
-        p, r = len(s.prompt_ids), len(s.response_ids)
-        input_ids[i, : p + r] = torch.tensor(s.prompt_ids + s.response_ids, dtype=torch.long)
-        attention_mask[i, : p + r] = 1
-        response_mask[i, p : p + r] = 1.0
-        rollout_log_probs[i, p : p + r] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
+        n = len(s.input_ids)
+        input_ids[i, :n] = torch.tensor(s.input_ids, dtype=torch.long)
+        attention_mask[i, :n] = 1
+        response_mask[i, :n] = torch.tensor(s.response_mask, dtype=torch.float32)
+        rollout_log_probs[i, :n] = torch.tensor(s.rollout_log_probs, dtype=torch.float32)
+        turn_row[i, :n] = torch.tensor(s.turn_rows, dtype=torch.long)
     position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)
     return {
         "input_ids": input_ids,
@@ -79,14 +148,44 @@ def collate(samples: Sequence[TurnSample], pad_id: int) -> dict[str, torch.Tenso
         "position_ids": position_ids,
         "response_mask": response_mask,
         "rollout_log_probs": rollout_log_probs,
+        "turn_row": turn_row,
         "group_id": torch.tensor([s.group_id for s in samples], dtype=torch.long),
         "episode_id": torch.tensor([s.episode_id for s in samples], dtype=torch.long),
-        "turn": torch.tensor([s.turn for s in samples], dtype=torch.long),
-        "anchor_key": torch.tensor([s.anchor_key for s in samples], dtype=torch.long),
-        "valid": torch.tensor([s.valid for s in samples], dtype=torch.bool),
-        "reward": torch.tensor([s.reward for s in samples], dtype=torch.float32),
-        "episode_return": torch.tensor([s.episode_return for s in samples], dtype=torch.float32),
     }
+
+
+def collate_turns(turns: Sequence[TurnSample]) -> dict[str, torch.Tensor]:
+    """The turn table as tensors of shape (T,): ``group_id``, ``episode_id``, ``turn``,
+    ``anchor_key`` (int64), ``valid`` (bool), ``reward``, ``episode_return`` (float)."""
+    return {
+        "group_id": torch.tensor([t.group_id for t in turns], dtype=torch.long),
+        "episode_id": torch.tensor([t.episode_id for t in turns], dtype=torch.long),
+        "turn": torch.tensor([t.turn for t in turns], dtype=torch.long),
+        "anchor_key": torch.tensor([t.anchor_key for t in turns], dtype=torch.long),
+        "valid": torch.tensor([t.valid for t in turns], dtype=torch.bool),
+        "reward": torch.tensor([t.reward for t in turns], dtype=torch.float32),
+        "episode_return": torch.tensor([t.episode_return for t in turns], dtype=torch.float32),
+    }
+
+
+def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:
+    """Spread per-turn values (T,) onto their tokens: (B, L), 0 where ``turn_row`` is -1."""
+    out = values[turn_row.clamp_min(0)]
+    return torch.where(turn_row >= 0, out, torch.zeros_like(out))
+
+
+def sum_tokens_per_turn(token_values: torch.Tensor, turn_row: torch.Tensor, n_turns: int) -> torch.Tensor:
+    """Sum (B, L) token values into their turns: (T,). Tokens with ``turn_row == -1`` are dropped."""
+    keep = turn_row >= 0
+    out = token_values.new_zeros(n_turns)
+    return out.index_add(0, turn_row[keep], token_values[keep])
+
+
+def collate(samples: Sequence[TurnSample], pad_id: int) -> dict[str, torch.Tensor]:
+    """``turn``-mode batch of turn samples: the token tensors of :func:`collate_tokens` and the
+    per-sample fields of :func:`collate_turns` (row ``i`` is turn ``i``)."""
+    tokens = collate_tokens([turn_token_sample(t, i) for i, t in enumerate(samples)], pad_id)
+    return {**tokens, **collate_turns(samples)}
 
 
 def index_batch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:

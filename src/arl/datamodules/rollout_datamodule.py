@@ -38,6 +38,7 @@ class RolloutBatch:
     iteration: int
     seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
+    sample_mode: str = "turn"  # how the episodes were rolled out (arl.agent.samples.SAMPLE_MODES)
 
 
 def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
@@ -74,7 +75,7 @@ def validation_batches(loop: AgentLoop, params: SamplingParams, episodes: int, b
         tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
         t0 = time.perf_counter()
         eps = loop.run(tasks, 1, params, first_episode_id=start)
-        yield RolloutBatch(eps, iteration, time.perf_counter() - t0)
+        yield RolloutBatch(eps, iteration, time.perf_counter() - t0, sample_mode=loop.sample_mode)
 
 
 class _ValStream(IterableDataset):
@@ -196,7 +197,7 @@ class RolloutDataModule(LightningDataModule):
         metrics.update(episode_metrics(all_eps, "rollout/"))
         if kept_groups < self.groups_per_step and self.group_filter is not None:
             log.info("iteration %d: filter kept %d/%d groups after %d rounds", it, kept_groups, self.groups_per_step, rounds)
-        return RolloutBatch(kept, it, seconds, metrics)
+        return RolloutBatch(kept, it, seconds, metrics, self.agent_loop.sample_mode)
 
 
 def _identity(x):

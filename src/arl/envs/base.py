@@ -37,6 +37,9 @@ class EnvSpec:
         invalid_action: the action sent to ``step`` when the model output is invalid (a no-op).
         render_prompt: ``(observation, history_text, info) -> str``: the user message of a turn.
         check_admissible: when true, a parsed action must be one of ``info["admissible_actions"]``.
+        render_observation: ``(observation, info) -> str``: the user message of a later turn in
+            ``trajectory`` sample mode, where the conversation already holds the task and the
+            rules; None uses ``render_prompt(observation, "", info)``.
     """
 
     name: str
@@ -44,6 +47,13 @@ class EnvSpec:
     invalid_action: str
     render_prompt: Callable[[str, str, dict[str, Any]], str]
     check_admissible: bool = True
+    render_observation: Callable[[str, dict[str, Any]], str] | None = None
+
+    def observation_message(self, observation: str, info: dict[str, Any]) -> str:
+        """The user message of a later turn in ``trajectory`` mode."""
+        if self.render_observation is not None:
+            return self.render_observation(observation, info)
+        return self.render_prompt(observation, "", info)
 
 
 @runtime_checkable

@@ -1,70 +1,373 @@
-"""EnvPool: a set of environment slots stepped together.
+"""EnvPool: the environment slots of one rollout, in this process or in worker subprocesses.
 
-The agent loop talks to environments only through this pool: ``reset`` opens one slot per
-episode, ``step`` advances a set of slots. Environments run in this process; a slot whose
-environment raises is closed, marked as an environment error and reported as done, so one broken
-episode never stops the batch.
+The agent loop talks to environments only through this pool: :meth:`EnvPool.reset` opens one slot
+per episode, :meth:`EnvPool.step` advances a set of slots. Slot ``s`` lives in worker
+``s % n_workers``; every worker steps its slots while the others step theirs.
+
+Failures never stop a rollout. An environment that raises, or runs past ``step_timeout`` (a
+``SIGALRM`` inside the worker interrupts Python code), loses its slot: the result comes back with
+``env_error=True``, the episode is marked and excluded from the update, the worker goes on. A
+worker that dies (segfault, ``os._exit``, OOM kill) or stays silent past its deadline (a hang in C
+code that no signal interrupts) is killed and restarted; every slot it held is lost and reported
+as an error, and the slots of the other workers finish normally.
+
+``n_workers=0`` keeps the environments in this process (no isolation, no timeout; the fastest for
+pure-Python envs such as Sokoban). Results depend only on the slots' seeds and actions, never on
+the number of workers.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from multiprocessing.connection import Connection, wait
 from typing import Any, Sequence
 
 from arl.envs.base import EnvSpec, StepResult
-from arl.envs.registry import make_env
+from arl.envs.registry import env_class, env_path
 
 log = logging.getLogger(__name__)
 
+START_INFO = {"task": "", "task_type": "unknown", "admissible_actions": None, "won": False, "score": 0.0, "anchor": ""}
+
+
+class EnvTimeout(Exception):
+    """An environment call ran past the pool's ``step_timeout``."""
+
+
+def _failed_step() -> StepResult:
+    return StepResult("", 0.0, True, {"won": False})
+
+
+# --------------------------------------------------------------------------- one slot's calls
+def _call_with_timeout(fn, timeout: float | None):
+    """Run ``fn()``; raise :class:`EnvTimeout` after ``timeout`` seconds (main thread only)."""
+    if not timeout or timeout <= 0:
+        return fn()
+
+    def _alarm(signum, frame):  # pragma: no cover - fires inside env code
+        raise EnvTimeout(f"env call exceeded {timeout:.1f}s")
+
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        return fn()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class _Slots:
+    """The environments of one process (a worker, or the pool itself when ``n_workers=0``)."""
+
+    def __init__(self, path: str, env_kwargs: dict[str, Any], timeout: float | None):
+        self.cls = env_class(path)
+        self.env_kwargs = env_kwargs
+        self.timeout = timeout
+        self.envs: dict[int, Any] = {}
+
+    def _drop(self, slot: int) -> None:
+        env = self.envs.pop(slot, None)
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # closing a broken env is best effort
+                pass
+
+    def reset(self, items: Sequence[tuple[int, int]]) -> list[tuple[int, str, dict, str]]:
+        """(slot, seed) -> (slot, observation, info, error text or "")."""
+        out = []
+        for slot, seed in items:
+            self._drop(slot)
+            try:
+                env = self.cls(**self.env_kwargs)
+                self.envs[slot] = env
+                obs, info = _call_with_timeout(lambda: env.reset(int(seed)), self.timeout)
+                out.append((slot, obs, info, ""))
+            except BaseException as exc:  # noqa: BLE001 - any env failure loses only this slot
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self._drop(slot)
+                out.append((slot, "", dict(START_INFO), _describe(exc, f"reset(seed={seed})")))
+        return out
+
+    def step(self, items: Sequence[tuple[int, str]]) -> list[tuple[int, StepResult, str]]:
+        """(slot, action) -> (slot, result, error text or "")."""
+        out = []
+        for slot, action in items:
+            env = self.envs.get(slot)
+            if env is None:
+                out.append((slot, _failed_step(), f"slot {slot} has no environment (lost earlier)"))
+                continue
+            try:
+                result = _call_with_timeout(lambda: env.step(action), self.timeout)
+                out.append((slot, result, ""))
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self._drop(slot)
+                out.append((slot, _failed_step(), _describe(exc, "step")))
+        return out
+
+    def close(self, slots: Sequence[int] | None = None) -> None:
+        for slot in list(self.envs if slots is None else slots):
+            self._drop(slot)
+
+
+def _describe(exc: BaseException, what: str) -> str:
+    last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return f"{what}: {last}"
+
+
+def _worker_main(conn: Connection, path: str, env_kwargs: dict[str, Any], timeout: float | None) -> None:
+    """A worker process: serve ``reset``/``step``/``close`` commands until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and closes us
+    slots = _Slots(path, env_kwargs, timeout)
+    while True:
+        try:
+            cmd, payload = conn.recv()
+        except (EOFError, OSError):
+            break
+        if cmd == "reset":
+            conn.send(slots.reset(payload))
+        elif cmd == "step":
+            conn.send(slots.step(payload))
+        elif cmd == "close_slots":
+            slots.close(payload)
+            conn.send(None)
+        elif cmd == "stop":
+            slots.close()
+            conn.send(None)
+            break
+    conn.close()
+
+
+class _Worker:
+    """Parent-side handle of one worker process."""
+
+    def __init__(self, ctx, index: int, path: str, env_kwargs: dict[str, Any], timeout: float | None):
+        self.ctx, self.index, self.path, self.env_kwargs, self.timeout = ctx, index, path, env_kwargs, timeout
+        self.restarts = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.conn, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(
+            target=_worker_main, args=(child, self.path, self.env_kwargs, self.timeout),
+            name=f"arl-env-{self.index}", daemon=True,
+        )
+        self.proc.start()
+        child.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.restarts += 1
+        self._start()
+
+    def kill(self) -> None:
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(timeout=5)
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop", None))
+            if self.conn.poll(5):
+                self.conn.recv()
+        except (OSError, EOFError, BrokenPipeError):
+            pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
 
 class EnvPool:
-    """Environment slots for one rollout."""
+    """Environment slots for rollouts.
 
-    def __init__(self, env_name: str, env_kwargs: dict[str, Any] | None = None):
+    Args:
+        env_name: a registered env name, or ``"package.module:Class"`` of any env class.
+        env_kwargs: keyword arguments of the env class.
+        n_workers: worker subprocesses; 0 runs the environments in this process.
+        step_timeout: seconds one ``reset`` or ``step`` of one env may take (workers only); the
+            worker's whole reply must come within ``step_timeout * slots + 10`` seconds, else the
+            worker is killed and restarted.
+        start_method: multiprocessing start method of the workers (``forkserver``, ``spawn``,
+            ``fork``).
+        worker_grace: seconds added to a worker's deadline on top of its slots' timeouts.
+    """
+
+    def __init__(
+        self,
+        env_name: str,
+        env_kwargs: dict[str, Any] | None = None,
+        n_workers: int = 0,
+        step_timeout: float = 60.0,
+        start_method: str = "forkserver",
+        worker_grace: float = 10.0,
+    ):
+        if n_workers < 0:
+            raise ValueError(f"n_workers must be >= 0, got {n_workers}")
         self.env_name = env_name
         self.env_kwargs = dict(env_kwargs or {})
-        self._probe = make_env(env_name, **self.env_kwargs)
-        self.spec: EnvSpec = self._probe.spec
-        self._envs: list[Any] = []
-        self.errors = 0
+        self.n_workers = int(n_workers)
+        self.step_timeout = float(step_timeout) if step_timeout else None
+        self.path = env_path(env_name)
+        probe = env_class(self.path)(**self.env_kwargs)
+        self.spec: EnvSpec = probe.spec
+        try:
+            probe.close()
+        except Exception:
+            pass
+        self.errors = 0  # slots lost to env errors, timeouts and worker deaths (cumulative)
+        self._local = _Slots(self.path, self.env_kwargs, None) if self.n_workers == 0 else None
+        self._workers: list[_Worker] = []
+        self._start_method = start_method
+        self._open: set[int] = set()
+        self.worker_grace = float(worker_grace)
 
-    def reset(self, seeds: Sequence[int]) -> list[tuple[str, dict[str, Any], bool]]:
-        """Open one slot per seed; returns (observation, info, env_error) per slot."""
-        self.close_slots()
-        out = []
-        for seed in seeds:
-            env = make_env(self.env_name, **self.env_kwargs)
+    # ------------------------------------------------------------------ workers
+    def _ensure_workers(self) -> None:
+        if self.n_workers and not self._workers:
+            ctx = mp.get_context(self._start_method)
+            self._workers = [
+                _Worker(ctx, i, self.path, self.env_kwargs, self.step_timeout) for i in range(self.n_workers)
+            ]
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes restarted so far."""
+        return sum(w.restarts for w in self._workers)
+
+    def worker_pids(self) -> list[int]:
+        return [w.proc.pid for w in self._workers]
+
+    def _dispatch(self, cmd: str, items: Sequence[tuple[int, Any]]) -> dict[int, tuple[Any, ...] | None]:
+        """Send each worker its share of ``items``; collect replies. Lost slots map to None."""
+        self._ensure_workers()
+        shares: dict[int, list[tuple[int, Any]]] = {}
+        for slot, value in items:
+            shares.setdefault(slot % self.n_workers, []).append((slot, value))
+        pending: dict[Connection, tuple[_Worker, list]] = {}
+        deadline: dict[Connection, float] = {}
+        now = time.monotonic()
+        out: dict[int, tuple[Any, ...] | None] = {}
+        for w_idx, share in shares.items():
+            worker = self._workers[w_idx]
             try:
-                obs, info = env.reset(int(seed))
-                out.append((obs, info, False))
-            except Exception:  # an environment bug must not stop the batch
-                log.exception("env %s reset(seed=%s) failed", self.env_name, seed)
+                worker.conn.send((cmd, share))
+            except (OSError, BrokenPipeError):
+                self._lose_worker(worker, share, out, "worker pipe broken")
+                continue
+            pending[worker.conn] = (worker, share)
+            deadline[worker.conn] = now + (self.step_timeout or 60.0) * len(share) + self.worker_grace
+        while pending:
+            timeout = max(0.0, min(deadline.values()) - time.monotonic())
+            ready = wait(list(pending), timeout=timeout)
+            for conn in ready:
+                worker, share = pending.pop(conn)
+                deadline.pop(conn)
+                try:
+                    for reply in conn.recv():
+                        out[reply[0]] = reply[1:]
+                except (EOFError, OSError):
+                    self._lose_worker(worker, share, out, f"worker died (exit code {worker.proc.exitcode})")
+            late = [c for c in pending if time.monotonic() >= deadline[c]]
+            for conn in late:
+                worker, share = pending.pop(conn)
+                deadline.pop(conn)
+                self._lose_worker(worker, share, out, "worker did not answer before its deadline")
+        return out
+
+    def _lose_worker(self, worker: _Worker, share: list, out: dict, why: str) -> None:
+        """Restart ``worker``; every slot it held is lost."""
+        held = sorted({s for s in self._open if s % self.n_workers == worker.index} | {s for s, _ in share})
+        log.warning("env worker %d (%s): %s; restarting it, %d slot(s) lost", worker.index, self.env_name, why, len(held))
+        worker.restart()
+        for slot in held:
+            out[slot] = None
+        self._open.difference_update(held)
+
+    # ------------------------------------------------------------------ the pool API
+    def reset(self, seeds: Sequence[int]) -> list[tuple[str, dict[str, Any], bool]]:
+        """Open one slot per seed (slot ``i`` gets ``seeds[i]``); (observation, info, env_error) per slot."""
+        self.close_slots()
+        items = list(enumerate(int(s) for s in seeds))
+        if self._local is not None:
+            replies = {r[0]: r[1:] for r in self._local.reset(items)}
+        else:
+            replies = self._dispatch("reset", items)
+        out = []
+        for slot, _ in items:
+            reply = replies.get(slot)
+            if reply is None:
+                reply = ("", dict(START_INFO), "worker lost")
+            obs, info, err = reply
+            if err:
                 self.errors += 1
-                obs, info = "", {"task": "", "task_type": "unknown", "won": False, "anchor": ""}
-                out.append((obs, info, True))
-            self._envs.append(env)
+                log.warning("env %s slot %d: %s", self.env_name, slot, err)
+            else:
+                self._open.add(slot)
+            out.append((obs, info, bool(err)))
         return out
 
     def step(self, actions: dict[int, str]) -> dict[int, tuple[StepResult, bool]]:
-        """Step the given slots; returns slot -> (result, env_error)."""
+        """Step the given slots; returns slot -> (result, env_error). A failed slot is closed."""
+        items = sorted(actions.items())
+        if self._local is not None:
+            replies = {r[0]: r[1:] for r in self._local.step(items)}
+        else:
+            replies = self._dispatch("step", items)
         out = {}
-        for slot, action in actions.items():
-            try:
-                out[slot] = (self._envs[slot].step(action), False)
-            except Exception:
-                log.exception("env %s step failed in slot %d", self.env_name, slot)
+        for slot, _ in items:
+            reply = replies.get(slot)
+            result, err = (_failed_step(), "worker lost") if reply is None else reply
+            if err:
                 self.errors += 1
-                out[slot] = (StepResult("", 0.0, True, {"won": False}), True)
+                self._open.discard(slot)
+                log.warning("env %s slot %d: %s", self.env_name, slot, err)
+            out[slot] = (result, bool(err))
         return out
 
     def close_slots(self) -> None:
-        for env in self._envs:
-            try:
-                env.close()
-            except Exception:  # closing is best effort
-                pass
-        self._envs = []
+        """Close every open slot (the workers stay up for the next rollout)."""
+        if self._local is not None:
+            self._local.close()
+        elif self._workers and self._open:
+            for worker in self._workers:
+                try:
+                    worker.conn.send(("close_slots", None))
+                except (OSError, BrokenPipeError):
+                    continue
+            for worker in self._workers:
+                try:
+                    if worker.conn.poll(10):
+                        worker.conn.recv()
+                    else:
+                        worker.restart()
+                except (EOFError, OSError):
+                    worker.restart()
+        self._open.clear()
 
     def close(self) -> None:
+        """Close all slots and stop the workers."""
         self.close_slots()
-        self._probe.close()
+        for worker in self._workers:
+            worker.stop()
+        self._workers = []
+
+    def __del__(self):  # pragma: no cover - best effort at interpreter exit
+        try:
+            for worker in self._workers:
+                worker.kill()
+        except Exception:
+            pass

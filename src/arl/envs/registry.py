@@ -22,12 +22,30 @@ def env_names() -> list[str]:
     return sorted(_ENVS)
 
 
-def env_class(name: str) -> type:
-    """The environment class registered as ``name``; a clear error for unknown names."""
+def env_path(name: str) -> str:
+    """``"module:Class"`` of ``name``: a registered name, or already a ``"module:Class"`` path.
+
+    The path form lets a project plug in its own environment class without editing the registry
+    (``env.name=mypkg.envs:MyEnv``).
+    """
+    if ":" in name:
+        return name
     if name not in _ENVS:
-        raise KeyError(f"unknown env {name!r}; valid envs: {', '.join(env_names())}")
-    module_name, attr = _ENVS[name].split(":")
-    return getattr(importlib.import_module(module_name), attr)
+        raise KeyError(f"unknown env {name!r}; valid envs: {', '.join(env_names())} (or 'package.module:Class')")
+    return _ENVS[name]
+
+
+def env_class(name: str) -> type:
+    """The environment class registered as ``name`` (or at ``"module:Class"``); clear errors."""
+    module_name, attr = env_path(name).split(":", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"env {name!r}: cannot import {module_name!r} ({exc})") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise ImportError(f"env {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
 
 
 def make_env(name: str, **cfg: Any) -> TextEnv:

@@ -15,7 +15,7 @@ import torch
 from lightning import LightningModule
 from torchmetrics import MeanMetric
 
-from arl.agent.samples import collate, micro_batches, turn_samples
+from arl.agent.samples import build_samples, collate_tokens, collate_turns, micro_batches, sum_tokens_per_turn, turn_values_to_tokens
 from arl.algos import advantages, diagnostics, filters, kl
 from arl.algos import objective as objective_lib
 from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
@@ -114,7 +114,7 @@ class AgenticRLModule(LightningModule):
     def training_step(self, batch, batch_idx: int):
         t_start = time.perf_counter()
         metrics: dict[str, float] = dict(batch.metrics)
-        samples = turn_samples(batch.episodes)
+        samples, turns = build_samples(batch.episodes, getattr(batch, "sample_mode", "turn"))
         self.iteration += 1
         if not samples:
             self.skipped_steps += 1
@@ -122,7 +122,8 @@ class AgenticRLModule(LightningModule):
             self.last_metrics = metrics
             self._log_at_iteration(metrics)
             return
-        data = {k: v.to(self.device) for k, v in collate(samples, self.pad_id).items()}
+        data = {k: v.to(self.device) for k, v in collate_tokens(samples, self.pad_id).items()}
+        table = {k: v.to(self.device) for k, v in collate_turns(turns).items()}
         mask = data["response_mask"]
         on_policy = self.ppo_epochs == 1 and self.mini_batches == 1
 
@@ -134,21 +135,23 @@ class AgenticRLModule(LightningModule):
             data["ref_log_probs"] = self._score(self.reference, data)
         t_logprob = time.perf_counter() - t0
 
-        step_rewards = data["reward"]
+        step_rewards = table["reward"]
         if "ref_log_probs" in data and not self.objective.kl_in_loss:
-            penalty = kl.kl_in_reward(data["old_log_probs"], data["ref_log_probs"], mask, self.objective.kl_coef, self.objective.kl_estimator)
+            # k-estimator per token, summed over each turn's own tokens (both sample modes)
+            token_kl = kl.kl_penalty(data["old_log_probs"], data["ref_log_probs"], self.objective.kl_estimator) * mask
+            penalty = self.objective.kl_coef * sum_tokens_per_turn(token_kl, data["turn_row"], len(turns))
             step_rewards = step_rewards - penalty
             metrics["actor/kl_reward"] = float(penalty.mean())
         adv = self.advantage_fn(
             step_rewards=step_rewards,
-            episode_ids=data["episode_id"],
-            turn_idx=data["turn"],
-            group_ids=data["group_id"],
-            anchor_keys=data["anchor_key"],
-            valid=data["valid"],
+            episode_ids=table["episode_id"],
+            turn_idx=table["turn"],
+            group_ids=table["group_id"],
+            anchor_keys=table["anchor_key"],
+            valid=table["valid"],
             **self.advantage_kwargs,
         )
-        data["advantages"] = adv[:, None] * mask
+        data["advantages"] = turn_values_to_tokens(adv, data["turn_row"]) * mask
         metrics.update(
             {
                 "adv/mean": float(adv.mean()),
@@ -172,6 +175,7 @@ class AgenticRLModule(LightningModule):
                 "actor/skipped_steps": float(self.skipped_steps),
                 "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
                 "train/samples": float(len(samples)),
+                "train/turns": float(len(turns)),
             }
         )
         self.last_metrics = metrics

@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 ENGINES = ("hf", "vllm")
+SAMPLE_MODES = ("turn", "trajectory")
 
 
 class ConfigError(ValueError):
@@ -46,7 +47,8 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         validate_algo_config(c["algo"])
     except (KeyError, ValueError) as err:
         raise ConfigError(str(err).strip("'\"")) from None
-    _choice("env.name", c["env"]["name"], env_names())
+    if ":" not in str(c["env"]["name"]):  # "package.module:Class" plugs in a user env
+        _choice("env.name", c["env"]["name"], env_names())
     _positive("env.history_window", c["env"].get("history_window", 0), 0)
     _choice("model.name", c["model"]["name"], MODEL_NAMES)
     r = c["rollout"]
@@ -55,6 +57,10 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         _positive(f"rollout.{key}", r[key])
     if r["temperature"] < 0 or r["val_temperature"] < 0:
         raise ConfigError("rollout.temperature and rollout.val_temperature must be >= 0")
+    _choice("rollout.sample_mode", r.get("sample_mode", "turn"), SAMPLE_MODES)
+    _positive("rollout.n_workers", r.get("n_workers", 0), 0)
+    if r.get("step_timeout", 1) is not None and float(r.get("step_timeout", 1)) <= 0:
+        raise ConfigError(f"rollout.step_timeout={r['step_timeout']!r} must be > 0 (seconds)")
     if not 0 < r["top_p"] <= 1:
         raise ConfigError(f"rollout.top_p={r['top_p']!r} must be in (0, 1]")
     rl = c["rl"]

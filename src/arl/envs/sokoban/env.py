@@ -19,7 +19,7 @@ from arl.envs.base import EnvSpec, StepResult
 from arl.envs.sokoban.boxoban import load_boxoban
 from arl.envs.sokoban.generator import generate_level
 from arl.envs.sokoban.level import ACTIONS, Level, render_grid
-from arl.envs.sokoban.prompt import PROMPT_STYLES, TASK, render_compact_prompt, render_prompt
+from arl.envs.sokoban.prompt import PROMPT_STYLES, TASK, render_compact_prompt, render_observation, render_prompt
 from arl.envs.sokoban.solver import Board, solve
 
 STEP_PENALTY = -0.1
@@ -96,6 +96,7 @@ class SokobanEnv:
             invalid_action="noop",
             render_prompt=render_prompt if prompt_style == "full" else render_compact_prompt,
             check_admissible=not self.multi_action,
+            render_observation=render_observation,
         )
         self.level: Level | None = None  # the current state
         self.start: Level | None = None

@@ -43,6 +43,11 @@ def render_prompt(observation: str, history_text: str, info: dict[str, Any]) -> 
     return "\n".join(parts)
 
 
+def render_observation(observation: str, info: dict[str, Any]) -> str:
+    """A later turn's user message in ``trajectory`` mode: the rules are already in the stream."""
+    return f"Current state:\n{observation}"
+
+
 PROMPT_STYLES = ("full", "compact")
 COMPACT_HEADER = "Sokoban. Answer <think>...</think><action>up|down|left|right</action>."
 

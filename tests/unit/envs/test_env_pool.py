@@ -1,0 +1,104 @@
+"""EnvPool: worker subprocesses, timeouts, restarts; results independent of the worker count."""
+
+import os
+import time
+
+import pytest
+
+from arl.envs.pool import EnvPool
+
+FAULTY = "faulty_env:FaultyEnv"
+
+
+def _play(pool: EnvPool, seeds, steps: int):
+    """Reset, then step every live slot ``steps`` times; returns (starts, per-step results)."""
+    starts = pool.reset(seeds)
+    live = {i for i, (_, _, err) in enumerate(starts) if not err}
+    trace = []
+    for k in range(steps):
+        out = pool.step({s: f"a{k}" for s in sorted(live)})
+        trace.append({s: (r.observation, r.reward, r.done, err) for s, (r, err) in out.items()})
+        live = {s for s, (r, err) in out.items() if not err and not r.done}
+    return starts, trace
+
+
+@pytest.mark.parametrize("n_workers", [1, 3])
+def test_workers_match_in_process(n_workers):
+    seeds = [10, 11, 12, 14, 16, 19]
+    local = EnvPool("sokoban", {"dim_room": [6, 6], "num_boxes": 1})
+    ref = _play(local, seeds, 3)
+    pool = EnvPool("sokoban", {"dim_room": [6, 6], "num_boxes": 1}, n_workers=n_workers)
+    try:
+        assert _play(pool, seeds, 3) == ref
+        assert pool.restarts == 0 and pool.errors == 0
+    finally:
+        pool.close()
+
+
+def test_raise_and_python_hang_lose_only_their_slot():
+    pool = EnvPool(FAULTY, {"length": 3}, n_workers=2, step_timeout=1.0, worker_grace=2.0)
+    try:
+        seeds = [1, 3, 5, 11]  # healthy, raises at step 2, hangs at step 2, healthy
+        t0 = time.monotonic()
+        _, trace = _play(pool, seeds, 3)
+        assert time.monotonic() - t0 < 10
+        step2 = trace[1]
+        assert step2[1][3] and step2[2][3]  # marked as env errors
+        assert not step2[0][3] and not step2[3][3]
+        # the healthy slots finish their game, in their own workers, which never restarted
+        assert trace[2][0] == ("1:3", 3.0, True, False) and trace[2][3] == ("11:3", 3.0, True, False)
+        assert pool.restarts == 0 and pool.errors == 2
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("seed", [7, 8])  # 7: the worker process dies; 8: it hangs where SIGALRM cannot reach
+def test_dead_or_stuck_worker_is_restarted(seed):
+    pool = EnvPool(FAULTY, {"length": 3}, n_workers=2, step_timeout=1.0, worker_grace=1.0)
+    try:
+        # slots 0 and 2 share worker 0 with the failing slot 0; slots 1 and 3 live in worker 1
+        seeds = [seed, 21, 31, 41]
+        t0 = time.monotonic()
+        _, trace = _play(pool, seeds, 3)
+        assert time.monotonic() - t0 < 15
+        assert trace[1][0][3] is True  # the failing slot
+        assert trace[1][2][3] is True  # its worker-mate is lost with the worker
+        assert trace[2][1] == ("21:3", 3.0, True, False) and trace[2][3] == ("41:3", 3.0, True, False)
+        assert pool.restarts == 1 and [w.restarts for w in pool._workers] == [1, 0]
+        # the restarted worker serves the next rollout normally
+        _, again = _play(pool, [1, 2, 4, 6], 3)
+        assert all(not err for step in again for (_, _, _, err) in step.values())
+    finally:
+        pool.close()
+
+
+def test_reset_failure_is_marked_in_both_modes():
+    for n_workers in (0, 2):
+        pool = EnvPool(FAULTY, {"fail_on_reset": True}, n_workers=n_workers)
+        try:
+            starts = pool.reset([1, 3, 4])
+            assert [err for _, _, err in starts] == [False, True, False]
+            assert starts[1][1]["task_type"] == "unknown"
+            out = pool.step({0: "x", 2: "x"})
+            assert not out[0][1] and not out[2][1]
+        finally:
+            pool.close()
+
+
+def test_close_stops_workers():
+    pool = EnvPool(FAULTY, {}, n_workers=2)
+    pool.reset([1, 2])
+    pids = pool.worker_pids()
+    pool.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            for _ in range(50):
+                os.kill(pid, 0)
+                time.sleep(0.1)
+
+
+def test_unknown_env_names_are_clear():
+    with pytest.raises(KeyError, match="valid envs"):
+        EnvPool("nope")
+    with pytest.raises(ImportError, match="no attribute"):
+        EnvPool("faulty_env:Missing")
