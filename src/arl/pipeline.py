@@ -103,7 +103,10 @@ def run_bc(cfg: DictConfig, model, tokenizer, loop: AgentLoop) -> dict[str, floa
     episodes = expert_episodes(loop, bc_seeds(c["seed"], int(bc["episodes"])))
     won = sum(e.won for e in episodes)
     console.print(f"behaviour cloning: {len(episodes)} expert episodes ({won} won) in {time.perf_counter() - t0:.1f}s")
-    dm = SFTDataModule(episodes, tokenizer.pad_token_id, int(bc["batch_size"]), float(bc["val_fraction"]), int(c["seed"]))
+    dm = SFTDataModule(
+        episodes, tokenizer.pad_token_id, int(bc["batch_size"]), float(bc["val_fraction"]), int(c["seed"]),
+        sample_mode=loop.sample_mode,
+    )
     total = dm.steps_per_epoch * int(bc["epochs"])
     module = BehaviourCloningModule(
         model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=total

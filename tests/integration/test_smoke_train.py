@@ -61,3 +61,27 @@ def test_eval_cli_on_the_run(smoke_run):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "val/success_rate" in proc.stdout
+
+
+def test_trajectory_mode_with_env_workers_trains(tmp_path):
+    """One RL iteration with one sample per episode and environments in two worker processes."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from arl.pipeline import train
+
+    cfg = compose(
+        ["debug=smoke", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
+         "rollout.max_new_tokens=12", "algo.filter.name=none", "rollout.sample_mode=trajectory", "rollout.n_workers=2"],
+        output_dir=str(tmp_path),
+    )
+    train(cfg)
+    scalars = {}
+    for events in (tmp_path / "tensorboard").rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars[tag] = acc.Scalars(tag)[-1].value
+    assert "actor/pg_loss" in scalars and "actor/grad_norm" in scalars
+    # one sample per episode (2 groups x 2), several turns each
+    assert scalars["train/samples"] == 4 and scalars["train/turns"] > scalars["train/samples"]
+    assert scalars["rollout/env_errors"] == 0 and scalars["rollout/env_worker_restarts"] == 0

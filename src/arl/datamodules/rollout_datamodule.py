@@ -192,6 +192,7 @@ class RolloutDataModule(LightningDataModule):
             "filter/rounds": float(rounds),
             "rollout/tokens_per_s": tokens / max(gen_s, 1e-9),
             "rollout/env_steps_per_s": env_steps / max(env_s, 1e-9),
+            "rollout/env_worker_restarts": float(self.agent_loop.pool.restarts),
         }
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/"))

@@ -9,11 +9,11 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader
 
 from arl.agent.records import Episode
-from arl.agent.samples import TurnSample, collate, turn_samples
+from arl.agent.samples import TokenSample, build_samples, collate_tokens
 
 
 class SFTDataModule(LightningDataModule):
-    """Map-style batches of expert turn samples.
+    """Map-style batches of expert samples (one per turn, or one per episode in ``trajectory`` mode).
 
     Args:
         episodes: expert episodes (only successful ones are used unless ``keep_failed``).
@@ -21,6 +21,7 @@ class SFTDataModule(LightningDataModule):
         batch_size: samples per optimiser step.
         val_fraction: share of episodes held out for ``bc/val_loss``.
         seed: shuffling seed.
+        sample_mode: ``turn`` or ``trajectory``, as the episodes were recorded.
     """
 
     def __init__(
@@ -31,12 +32,13 @@ class SFTDataModule(LightningDataModule):
         val_fraction: float = 0.05,
         seed: int = 0,
         keep_failed: bool = False,
+        sample_mode: str = "turn",
     ):
         super().__init__()
         eps = [e for e in episodes if e.won or keep_failed]
         n_val = int(round(len(eps) * val_fraction))
-        self.val_samples: list[TurnSample] = turn_samples(eps[:n_val])
-        self.train_samples: list[TurnSample] = turn_samples(eps[n_val:])
+        self.val_samples: list[TokenSample] = build_samples(eps[:n_val], sample_mode)[0]
+        self.train_samples: list[TokenSample] = build_samples(eps[n_val:], sample_mode)[0]
         if not self.train_samples:
             raise ValueError("behaviour cloning has no training samples: the expert won no episode")
         self.pad_id = pad_id
@@ -44,7 +46,7 @@ class SFTDataModule(LightningDataModule):
         self.seed = seed
 
     def _collate(self, samples):
-        return collate(samples, self.pad_id)
+        return collate_tokens(samples, self.pad_id)
 
     def train_dataloader(self) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed)

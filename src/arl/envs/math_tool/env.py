@@ -1,0 +1,363 @@
+"""``MathToolEnv``: math problems solved with a sandboxed python tool (DESIGN sections 3 and 7).
+
+One episode is one problem. Each turn the policy's action (the text inside ``<action>``) is one of:
+
+* a **final answer**: a ``\\boxed{...}`` outside any code block ends the episode with reward 1
+  when the answer is equivalent to the ground truth (:func:`is_equivalent`), else 0;
+* a **tool call**: a fenced ```` ```python ```` block (the last one when there are several; an
+  unclosed fence runs to the end of the action) is executed in the sandbox and the observation is
+  ``Code execution result: <stdout, or the error's last line>``, truncated to
+  ``max_output_chars``; reward 0;
+* anything else (including ``spec.invalid_action``, sent by the loop for unparsable output, and a
+  ``\\boxed{`` that never closes) is a no-op turn with an observation saying what was expected.
+
+The episode also ends, with reward 0, after ``max_turns`` turns. ``step`` accepts any string and
+never raises for anything in it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from arl.envs.base import EnvSpec, StepResult
+from arl.envs.math_tool.data import MathRecord, load_records, split_indices
+from arl.envs.math_tool.equivalence import DEFAULT_TIMEOUT_S, is_equivalent, unwrap_boxed
+from arl.envs.math_tool.problems import Problem, check_templates, generate_problem
+from arl.envs.math_tool.prompt import PROMPT_RENDERERS, PROMPT_STYLES
+from arl.envs.math_tool.sandbox import Sandbox, SandboxConfig
+
+INVALID_ACTION = "noop"
+START_OBSERVATION = "No code has been run yet."
+RESULT_PREFIX = "Code execution result: "
+MSG_FORMAT = (
+    "Invalid format. Answer as <think>...</think><action>...</action> with a ```python block "
+    "or \\boxed{answer} inside <action>."
+)
+MSG_NONE = (
+    "No ```python block and no \\boxed{answer} in the action. Run code in a ```python block, "
+    "or give the final answer as \\boxed{answer}."
+)
+MSG_BAD_BOX = "The \\boxed{ answer has no closing brace. Write the final answer as \\boxed{answer}."
+MSG_EMPTY_CODE = "The ```python block is empty."
+MSG_NO_TURNS = "No turns left."
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)(?![\w])[ \t]*\n?(.*?)(?:```|\Z)", re.S | re.I)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+# --- action parsing (pure) -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolAction:
+    """What an action asks for.
+
+    Attributes:
+        kind: ``answer``, ``bad_answer`` (a box without closing brace), ``code``, ``none``.
+        content: the boxed answer or the code ("" otherwise).
+    """
+
+    kind: str
+    content: str = ""
+
+
+def extract_code(text: str) -> str | None:
+    """The body of the last ```` ```python ```` (or ``py``) block, ``None`` when there is none."""
+    last = None
+    for match in _FENCE.finditer(text):
+        last = match
+    return None if last is None else last.group(1)
+
+
+def parse_tool_action(text: Any) -> ToolAction:
+    """Classify an action string (any input; never raises).
+
+    A ``\\boxed`` outside the python blocks makes it an answer (even when code is present too);
+    ``\\boxed`` inside code (e.g. a print) does not count.
+    """
+    if not isinstance(text, str):
+        return ToolAction("none")
+    outside = _FENCE.sub(" ", text)
+    if "\\boxed" in outside or "\\fbox" in outside:
+        answer = unwrap_boxed(outside)
+        return ToolAction("bad_answer") if answer is None else ToolAction("answer", answer.strip())
+    code = extract_code(text)
+    if code is not None:
+        return ToolAction("code", code)
+    return ToolAction("none")
+
+
+def sanitise(text: str) -> str:
+    """Drop control characters (keep newlines and tabs) so observations stay printable."""
+    return _CONTROL.sub("", text.replace("\r\n", "\n"))
+
+
+def truncate(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, with a visible marker when cut."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars].rstrip() + " ...(truncated)"
+
+
+# --- tool results cache --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolRun:
+    """One executed tool call as the env keeps it."""
+
+    code: str
+    observation: str  # "Code execution result: ..." as shown to the policy
+    stdout: str  # the sanitised (capped) stdout
+    ok: bool
+
+
+class _RunCache:
+    """A small thread-safe LRU of tool runs keyed by (code, sandbox config, output length)."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._data: OrderedDict[tuple, ToolRun] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> ToolRun | None:
+        with self._lock:
+            run = self._data.get(key)
+            if run is not None:
+                self._data.move_to_end(key)
+            return run
+
+    def put(self, key: tuple, run: ToolRun) -> None:
+        with self._lock:
+            self._data[key] = run
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+RUN_CACHE = _RunCache()
+
+
+# --- the environment ------------------------------------------------------------------------------
+class MathToolEnv:
+    """Tool-integrated math as a multi-turn text environment.
+
+    Args:
+        max_turns: turns per episode (tool calls and no-ops count; default 5).
+        templates: generated-problem templates to draw from (default: all, see ``problems.py``).
+        data_path: a ``.parquet``/``.jsonl`` file with ``question_key`` and ``answer_key`` columns;
+            when set, ``reset(seed)`` plays record ``seed % n`` of the ``split`` instead of a
+            generated problem.
+        question_key, answer_key: the columns of ``data_path``.
+        split: ``train``, ``val`` or ``all``; for generated problems it selects a separate seed
+            space (``val`` seed 3 is another problem than ``train`` seed 3).
+        val_fraction, split_seed: the deterministic train/val split of ``data_path``.
+        max_output_chars: tool results are truncated to this many characters.
+        max_code_chars: longer code is refused (a no-op turn saying so).
+        prompt_style: ``full`` (instructions) or ``compact`` (one-line header, for BC'd models).
+        sandbox: :class:`SandboxConfig` fields (timeout_s, cpu_time_s, memory_mb, use_bwrap, ...).
+        equivalence_timeout_s: hard limit of one answer check.
+        cache_tool_results: reuse the result of identical code (same sandbox settings) instead of
+            running it again; G members of a group often write the same code.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_turns: int = 5,
+        templates: Sequence[str] | None = None,
+        data_path: str | None = None,
+        question_key: str = "question",
+        answer_key: str = "gt_answer",
+        split: str = "train",
+        val_fraction: float = 0.1,
+        split_seed: int = 0,
+        max_output_chars: int = 256,
+        max_code_chars: int = 8000,
+        prompt_style: str = "full",
+        sandbox: dict[str, Any] | SandboxConfig | None = None,
+        equivalence_timeout_s: float = DEFAULT_TIMEOUT_S,
+        cache_tool_results: bool = True,
+    ):
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if int(max_output_chars) < 16:
+            raise ValueError(f"max_output_chars must be >= 16, got {max_output_chars}")
+        if int(max_code_chars) < 1:
+            raise ValueError(f"max_code_chars must be >= 1, got {max_code_chars}")
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
+        if not float(equivalence_timeout_s) > 0:
+            raise ValueError(f"equivalence_timeout_s must be > 0, got {equivalence_timeout_s}")
+        self.max_turns = int(max_turns)
+        self.templates = check_templates(templates)
+        self.data_path = data_path
+        self.split = split
+        self.records: tuple[MathRecord, ...] | None = None
+        self.indices: list[int] = []
+        if data_path:
+            self.records = load_records(data_path, question_key, answer_key)
+            self.indices = split_indices(len(self.records), split, val_fraction, split_seed)
+            if not self.indices:
+                raise ValueError(f"split {split!r} of {data_path} is empty (val_fraction={val_fraction})")
+        else:
+            split_indices(2, split, val_fraction, split_seed)  # validates split and val_fraction
+        self.max_output_chars = int(max_output_chars)
+        self.max_code_chars = int(max_code_chars)
+        self.prompt_style = prompt_style
+        if isinstance(sandbox, SandboxConfig):
+            self.sandbox_config = sandbox
+        else:
+            self.sandbox_config = SandboxConfig.from_dict(dict(sandbox or {}))
+        self.sandbox = Sandbox(self.sandbox_config)
+        self.equivalence_timeout_s = float(equivalence_timeout_s)
+        self.cache_tool_results = bool(cache_tool_results)
+        self.spec = EnvSpec(
+            name="math_tool",
+            max_turns=self.max_turns,
+            invalid_action=INVALID_ACTION,
+            render_prompt=PROMPT_RENDERERS[prompt_style],
+            check_admissible=False,
+        )
+        # episode state
+        self.problem: Problem | None = None
+        self.question = ""
+        self.ground_truth = ""
+        self.task_type = ""
+        self.template = ""
+        self.tool_runs: list[ToolRun] = []
+        self.turn = 0
+        self.done = False
+        self.won = False
+        self.answer = ""
+        self.observation = ""
+
+    # --- tasks ------------------------------------------------------------------------------
+    @property
+    def generated(self) -> bool:
+        """Whether problems are generated (no ``data_path``)."""
+        return self.records is None
+
+    def task_for_seed(self, seed: int) -> tuple[str, str, str, str, Problem | None]:
+        """(question, ground truth, task_type, template or subject, generated problem or None)."""
+        if self.records is None:
+            key = seed if self.split in ("train", "all") else f"{self.split}/{seed}"
+            problem = generate_problem(key, self.templates)
+            return problem.question, problem.answer, problem.task_type, problem.template, problem
+        record = self.records[self.indices[int(seed) % len(self.indices)]]
+        subject = record.subject or "math"
+        return record.question, record.answer, subject, subject, None
+
+    # --- TextEnv ------------------------------------------------------------------------------
+    def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        self.question, self.ground_truth, self.task_type, self.template, self.problem = self.task_for_seed(int(seed))
+        self.tool_runs = []
+        self.turn = 0
+        self.done = False
+        self.won = False
+        self.answer = ""
+        self.observation = START_OBSERVATION
+        return self.observation, self._info("reset")
+
+    def step(self, action: str) -> StepResult:
+        if not self.question:
+            raise RuntimeError("call reset(seed) before step()")
+        if self.done:
+            return StepResult(self.observation, 0.0, True, self._info("done"))
+        self.turn += 1
+        reward = 0.0
+        if isinstance(action, str) and action == self.spec.invalid_action:
+            kind, observation = "invalid", MSG_FORMAT
+        else:
+            parsed = parse_tool_action(action)
+            kind = parsed.kind
+            if kind == "answer":
+                self.answer = parsed.content
+                self.won = is_equivalent(parsed.content, self.ground_truth, self.equivalence_timeout_s)
+                reward = 1.0 if self.won else 0.0
+                self.done = True
+                shown = truncate(sanitise(parsed.content), self.max_output_chars)
+                observation = f"Final answer: \\boxed{{{shown}}}. {'Correct' if self.won else 'Incorrect'}."
+            elif kind == "bad_answer":
+                observation = MSG_BAD_BOX
+            elif kind == "code":
+                observation = self._run_tool(parsed.content)
+            else:
+                observation = MSG_NONE
+        if not self.done and self.turn >= self.max_turns:
+            self.done = True
+            observation = f"{observation}\n{MSG_NO_TURNS}"
+        self.observation = observation
+        return StepResult(observation, reward, self.done, self._info(kind))
+
+    def close(self) -> None:
+        pass
+
+    # --- internals --------------------------------------------------------------------------
+    def _run_tool(self, code: str) -> str:
+        if not code.strip():
+            return MSG_EMPTY_CODE
+        if len(code) > self.max_code_chars:
+            return f"Code too long ({len(code)} characters; the limit is {self.max_code_chars})."
+        key = (code, self.sandbox_config, self.max_output_chars)
+        run = RUN_CACHE.get(key) if self.cache_tool_results else None
+        if run is None:
+            result = self.sandbox.run(code)
+            text = self._result_text(result)
+            run = ToolRun(code, RESULT_PREFIX + text, sanitise(result.stdout), result.ok)
+            if self.cache_tool_results:
+                RUN_CACHE.put(key, run)
+        self.tool_runs.append(run)
+        return run.observation
+
+    def _result_text(self, result) -> str:
+        """stdout, then the error line; the error line is kept whole (up to the limit) and stdout
+        gets what is left of ``max_output_chars``."""
+        error = sanitise(result.error)
+        stdout = sanitise(result.stdout).rstrip("\n")
+        if not error:
+            return truncate(result.summary() if not stdout.strip() else stdout, self.max_output_chars)
+        error = truncate(error, self.max_output_chars)
+        room = self.max_output_chars - len(error) - 1
+        if stdout.strip() and room > 0:
+            return f"{truncate(stdout, room)}\n{error}"
+        return error
+
+    @property
+    def anchor(self) -> str:
+        """The raw state: the problem and the tool results so far (no prompt, no history)."""
+        return "\n".join([self.question] + [run.observation for run in self.tool_runs])
+
+    def _info(self, kind: str) -> dict[str, Any]:
+        return {
+            "task": self.question,
+            "task_type": self.task_type,
+            "admissible_actions": None,
+            "won": self.won,
+            "score": 1.0 if self.won else 0.0,
+            "anchor": self.anchor,
+            "turn": self.turn,
+            "max_turns": self.max_turns,
+            "tool_calls": len(self.tool_runs),
+            "action_kind": kind,
+            "template": self.template,
+            "answer": self.answer,
+        }
+
+
+__all__ = [
+    "INVALID_ACTION",
+    "MathToolEnv",
+    "RUN_CACHE",
+    "START_OBSERVATION",
+    "ToolAction",
+    "ToolRun",
+    "extract_code",
+    "parse_tool_action",
+    "sanitise",
+    "truncate",
+]
