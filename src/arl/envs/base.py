@@ -16,6 +16,10 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 INFO_KEYS = ("task", "task_type", "admissible_actions", "won", "score", "anchor")
 
+# Validation task seeds are VAL_SEED_BASE + i (arl.datamodules.rollout_datamodule); training seeds
+# lie below it. Envs with a fixed dataset use this to play held-out tasks on validation seeds.
+VAL_SEED_BASE = 2**30
+
 
 @dataclass
 class StepResult:

@@ -322,3 +322,21 @@ def test_expert_turns():
 def test_expert_solves_500_generated_problems():
     env = MathToolEnv(cache_tool_results=False)
     assert all(_expert_episode(env, seed) == (1.0, 2) for seed in range(500))
+
+
+def test_auto_split_plays_held_out_problems_on_validation_seeds(tmp_path):
+    from arl.envs.base import VAL_SEED_BASE
+
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"question": f"q{i}", "gt_answer": str(i)}) + "\n" for i in range(20)))
+    auto = MathToolEnv(data_path=str(path), val_fraction=0.25)
+    train = MathToolEnv(data_path=str(path), split="train", val_fraction=0.25)
+    val = MathToolEnv(data_path=str(path), split="val", val_fraction=0.25)
+    for s in range(12):
+        assert auto.reset(s)[1]["task"] == train.reset(s)[1]["task"]
+        assert auto.reset(VAL_SEED_BASE + s)[1]["task"] == val.reset(s)[1]["task"]
+    train_q = {train.reset(s)[1]["task"] for s in range(40)}
+    val_q = {auto.reset(VAL_SEED_BASE + s)[1]["task"] for s in range(40)}
+    assert len(val_q) == 5 and not train_q & val_q
+    # generated problems: validation seeds come from the val seed space
+    assert MathToolEnv().reset(VAL_SEED_BASE + 3)[1]["task"] == MathToolEnv(split="val").reset(3)[1]["task"]

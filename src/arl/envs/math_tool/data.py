@@ -21,7 +21,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "val", "all")
+SPLITS = ("train", "val", "all")  # the env also takes "auto" (by seed)
 SUBJECT_KEYS = ("subject", "type", "category")
 _CACHE: dict[tuple, tuple["MathRecord", ...]] = {}
 _CACHE_LOCK = threading.Lock()

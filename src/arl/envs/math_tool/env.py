@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from arl.envs.base import EnvSpec, StepResult
+from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
 from arl.envs.math_tool.data import MathRecord, load_records, split_indices
 from arl.envs.math_tool.equivalence import DEFAULT_TIMEOUT_S, is_equivalent, unwrap_boxed
 from arl.envs.math_tool.problems import Problem, check_templates, generate_problem
@@ -153,8 +153,9 @@ class MathToolEnv:
             when set, ``reset(seed)`` plays record ``seed % n`` of the ``split`` instead of a
             generated problem.
         question_key, answer_key: the columns of ``data_path``.
-        split: ``train``, ``val`` or ``all``; for generated problems it selects a separate seed
-            space (``val`` seed 3 is another problem than ``train`` seed 3).
+        split: ``auto`` (default: validation seeds, ``>= 2**30``, play ``val``, the others
+            ``train``), ``train``, ``val`` or ``all``; for generated problems it selects a separate
+            seed space (``val`` seed 3 is another problem than ``train`` seed 3).
         val_fraction, split_seed: the deterministic train/val split of ``data_path``.
         max_output_chars: tool results are truncated to this many characters.
         max_code_chars: longer code is refused (a no-op turn saying so).
@@ -173,7 +174,7 @@ class MathToolEnv:
         data_path: str | None = None,
         question_key: str = "question",
         answer_key: str = "gt_answer",
-        split: str = "train",
+        split: str = "auto",
         val_fraction: float = 0.1,
         split_seed: int = 0,
         max_output_chars: int = 256,
@@ -201,11 +202,16 @@ class MathToolEnv:
         self.indices: list[int] = []
         if data_path:
             self.records = load_records(data_path, question_key, answer_key)
-            self.indices = split_indices(len(self.records), split, val_fraction, split_seed)
-            if not self.indices:
-                raise ValueError(f"split {split!r} of {data_path} is empty (val_fraction={val_fraction})")
+            splits = ("train", "val") if split == "auto" else (split,)
+            self.split_records = {
+                name: split_indices(len(self.records), name, val_fraction, split_seed) for name in splits
+            }
+            for name, idx in self.split_records.items():
+                if not idx:
+                    raise ValueError(f"split {name!r} of {data_path} is empty (val_fraction={val_fraction})")
+            self.indices = self.split_records[splits[0]]
         else:
-            split_indices(2, split, val_fraction, split_seed)  # validates split and val_fraction
+            split_indices(2, "train" if split == "auto" else split, val_fraction, split_seed)  # validates
         self.max_output_chars = int(max_output_chars)
         self.max_code_chars = int(max_code_chars)
         self.prompt_style = prompt_style
@@ -244,11 +250,15 @@ class MathToolEnv:
 
     def task_for_seed(self, seed: int) -> tuple[str, str, str, str, Problem | None]:
         """(question, ground truth, task_type, template or subject, generated problem or None)."""
+        split, seed = self.split, int(seed)
+        if split == "auto":  # validation seeds play the val split, training seeds the train split
+            split, seed = ("val", seed - VAL_SEED_BASE) if seed >= VAL_SEED_BASE else ("train", seed)
         if self.records is None:
-            key = seed if self.split in ("train", "all") else f"{self.split}/{seed}"
+            key = seed if split in ("train", "all") else f"{split}/{seed}"
             problem = generate_problem(key, self.templates)
             return problem.question, problem.answer, problem.task_type, problem.template, problem
-        record = self.records[self.indices[int(seed) % len(self.indices)]]
+        indices = self.split_records[split]
+        record = self.records[indices[seed % len(indices)]]
         subject = record.subject or "math"
         return record.question, record.answer, subject, subject, None
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from arl.envs.base import EnvSpec, StepResult
+from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
 from arl.envs.webshop.goals import SPLITS, TEST_GOALS, Goal, split_indices
 from arl.envs.webshop.pages import (
     BACK_TO_SEARCH,
@@ -46,7 +46,6 @@ from arl.envs.webshop.shop import Shop, load_shop, resolve_paths
 
 WIN_REWARD = 10.0
 MAX_STEPS = 15
-VAL_SEED_BASE = 2**30  # arl.datamodules.rollout_datamodule: validation seeds are 2**30 + i
 COMPACT_RESULTS_PER_PAGE = 5  # compact pages stay within a few hundred tokens
 MAX_ACTION_CHARS = 2000  # longer actions are invalid before any parsing
 _ACTION_RE = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*", re.IGNORECASE | re.DOTALL)
