@@ -1,0 +1,264 @@
+"""Results of a multirun as a markdown table and PNG plots (``python src/report.py <folder>``).
+
+A multirun folder holds one subfolder per run, named by its overrides (``experiment=grpo_sokoban,
+seed=1``), each with TensorBoard events under ``tensorboard/``. For every run this reads the RL
+scalars and reports:
+
+- final and best ``val/success_rate`` (and per task type, ``val/success_rate/<type>``);
+- steps to collapse: the first iteration where ``collapse/events`` counts an event, else ``-``;
+- peak KL (``actor/kl_loss``; ``actor/ppo_kl`` when no KL term is logged), peak ``actor/grad_norm``;
+- the final ``rollout/valid_action_ratio``.
+
+Runs that differ only in ``seed`` are also summarised together (mean and standard deviation over
+seeds). The plots are the curves the paper shows, one line per run: validation success, KL,
+gradient norm, the four clip fractions (``is/tokens_{above,below}_{pos,neg}``), the valid-format
+ratio and the masked sequences.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
+
+PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; several tags = panels)
+    "success": ("validation success rate", ["val/success_rate"]),
+    "kl": ("KL to the reference (actor/kl_loss)", ["actor/kl_loss"]),
+    "grad_norm": ("gradient norm", ["actor/grad_norm"]),
+    "clip_fractions": (
+        "tokens outside the clip range",
+        ["is/tokens_above_pos", "is/tokens_below_pos", "is/tokens_above_neg", "is/tokens_below_neg"],
+    ),
+    "valid_format": ("valid-action ratio (sampled)", ["rollout/valid_action_ratio"]),
+    "masked_seqs": ("masked sequences", ["actor/masked_seqs"]),
+}
+
+
+@dataclass
+class Run:
+    """One run of a multirun: its label (the overrides) and its scalar curves."""
+
+    name: str
+    overrides: dict[str, str]
+    scalars: dict[str, Series] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.overrides.items()) or self.name
+
+    @property
+    def group(self) -> str:
+        """The label without the seed: runs of one setting with different seeds share it."""
+        return ",".join(f"{k}={v}" for k, v in self.overrides.items() if k != "seed") or "(defaults)"
+
+    def final(self, tag: str) -> float | None:
+        s = self.scalars.get(tag)
+        return s[-1][1] if s else None
+
+    def best(self, tag: str) -> float | None:
+        s = self.scalars.get(tag)
+        return max(v for _, v in s) if s else None
+
+    def peak(self, tag: str) -> float | None:
+        s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
+        return max(s) if s else None
+
+    def steps_to_collapse(self) -> int | None:
+        for step, value in self.scalars.get("collapse/events", []):
+            if value > 0:
+                return step
+        return None
+
+    def task_types(self) -> list[str]:
+        prefix = "val/success_rate/"
+        return sorted(t[len(prefix):] for t in self.scalars if t.startswith(prefix))
+
+
+def parse_overrides(name: str) -> dict[str, str]:
+    """``"experiment=grpo_sokoban,seed=1"`` -> ordered dict of the overrides (``{}`` for none).
+
+    Values may contain commas inside brackets (``x=[1,2]``); those stay in one value.
+    """
+    out: dict[str, str] = {}
+    depth, current = 0, ""
+    parts = []
+    for ch in name:
+        depth += ch in "[({"
+        depth -= ch in "])}"
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    for part in parts:
+        if "=" in part:
+            key, value = part.split("=", 1)
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
+    """Every scalar under ``folder/tensorboard/<subdir>`` (or ``folder/tensorboard`` when that
+    subfolder is missing); all event files, a later file's value wins for a repeated step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    root = folder / "tensorboard" / subdir
+    if not root.exists():
+        root = folder / "tensorboard"
+    merged: dict[str, dict[int, float]] = defaultdict(dict)
+    for events in sorted(root.rglob("events.out.tfevents.*"), key=lambda p: (p.stat().st_mtime, p.name)):
+        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags().get("scalars", []):
+            for ev in acc.Scalars(tag):
+                merged[tag][int(ev.step)] = float(ev.value)
+    return {tag: sorted(values.items()) for tag, values in merged.items()}
+
+
+def find_runs(multirun: Path) -> list[Run]:
+    """The runs under a multirun folder (subfolders with TensorBoard events), sorted by name."""
+    multirun = Path(multirun)
+    if not multirun.is_dir():
+        raise FileNotFoundError(f"no such folder: {multirun}")
+    runs = []
+    for sub in sorted(p for p in multirun.iterdir() if p.is_dir()):
+        if not (sub / "tensorboard").exists():
+            continue
+        overrides = parse_overrides(sub.name)
+        hydra_overrides = sub / ".hydra" / "overrides.yaml"
+        if hydra_overrides.exists():  # the exact overrides, when Hydra wrote them
+            import yaml
+
+            items = yaml.safe_load(hydra_overrides.read_text()) or []
+            parsed = parse_overrides(",".join(str(i) for i in items))
+            if parsed:
+                overrides = parsed
+        runs.append(Run(sub.name, overrides, read_scalars(sub)))
+    if not runs:
+        raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
+    return runs
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def kl_tag(run: Run) -> str:
+    return "actor/kl_loss" if "actor/kl_loss" in run.scalars else "actor/ppo_kl"
+
+
+def run_table(runs: Iterable[Run]) -> str:
+    """The per-run markdown table."""
+    runs = list(runs)
+    types = sorted({t for r in runs for t in r.task_types()})
+    head = ["run", "final success", "best success", *[f"final {t}" for t in types],
+            "steps to collapse", "peak KL", "peak grad norm", "valid-action ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for r in runs:
+        cells = [f"`{r.label}`", _fmt(r.final("val/success_rate")), _fmt(r.best("val/success_rate")),
+                 *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
+                 _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
+                 _fmt(r.final("rollout/valid_action_ratio"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def group_table(runs: Iterable[Run]) -> str:
+    """Mean ± standard deviation over the seeds of each setting."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[r.group].append(r)
+    head = ["setting", "seeds", "final success", "best success", "collapsed", "peak KL", "valid-action ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for name, members in groups.items():
+        def vals(fn):
+            return [v for v in (fn(r) for r in members) if v is not None]
+
+        cells = [f"`{name}`", str(len(members)), _mean_std(vals(lambda r: r.final("val/success_rate"))),
+                 _mean_std(vals(lambda r: r.best("val/success_rate"))),
+                 f"{sum(r.steps_to_collapse() is not None for r in members)}/{len(members)}",
+                 _mean_std(vals(lambda r: r.peak(kl_tag(r)))),
+                 _mean_std(vals(lambda r: r.final("rollout/valid_action_ratio")))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
+    """One PNG per entry of :data:`PLOTS` that some run has data for; returns the files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, (title, tags) in PLOTS.items():
+        if stem == "kl":
+            present = [t for t in ("actor/kl_loss", "actor/ppo_kl") if any(t in r.scalars for r in runs)]
+            tags = present[:1]
+        tags = [t for t in tags if any(t in r.scalars for r in runs)]
+        if not tags:
+            continue
+        ncols = min(2, len(tags))
+        nrows = -(-len(tags) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 3.6 * nrows + 0.6), squeeze=False)
+        for ax, tag in zip(axes.flat, tags):
+            for r in runs:
+                series = r.scalars.get(tag)
+                if series:
+                    steps, values = zip(*series)
+                    ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3, lw=1.4, label=r.label)
+            ax.set_title(tag if len(tags) > 1 else title, fontsize=10)
+            ax.set_xlabel("iteration")
+            ax.grid(alpha=0.3)
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        if handles:
+            fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+        fig.suptitle(title)
+        legend_rows = (len(labels) - 1) // 3 + 1 if labels else 0
+        fig.tight_layout(rect=(0, min(0.45, 0.05 * legend_rows / nrows + 0.02), 1, 1))
+        path = out_dir / f"{stem}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
+    """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``)."""
+    multirun = Path(multirun)
+    runs = find_runs(multirun)
+    out_dir = Path(out_dir) if out_dir else multirun / "report"
+    plots = plot_curves(runs, out_dir)
+    parts = [
+        f"# Report: {multirun.name}",
+        f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
+        "(`val/success_rate`); steps to collapse is the first iteration the collapse detector fired.",
+        "## Runs",
+        run_table(runs),
+        "## Settings (mean ± std over seeds)",
+        group_table(runs),
+        "## Curves",
+        *[f"![{p.stem}]({p.name})" for p in plots],
+    ]
+    path = out_dir / "report.md"
+    path.write_text("\n\n".join(parts) + "\n")
+    return path

@@ -1,0 +1,87 @@
+"""The report command on real TensorBoard event files with known values."""
+
+import math
+
+import pytest
+
+from arl.report import find_runs, group_table, parse_overrides, run_table, write_report
+
+
+def _write_run(folder, scalars):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(folder / "tensorboard" / "rl"))
+    for tag, values in scalars.items():
+        for step, value in values:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+@pytest.fixture
+def multirun(tmp_path):
+    root = tmp_path / "multirun"
+    _write_run(root / "experiment=grpo_sokoban,seed=1", {
+        "val/success_rate": [(0, 0.2), (5, 0.5), (10, 0.4)],
+        "actor/kl_loss": [(1, 0.01), (2, 0.5), (3, 0.02)],
+        "actor/grad_norm": [(1, 1.0), (2, 7.5)],
+        "rollout/valid_action_ratio": [(1, 0.9), (10, 0.8)],
+        "collapse/events": [(1, 0.0), (4, 1.0), (6, 2.0)],
+    })
+    _write_run(root / "experiment=grpo_sokoban,seed=2", {
+        "val/success_rate": [(0, 0.3), (10, 0.6)],
+        "val/success_rate/easy": [(10, 0.75)],
+        "actor/ppo_kl": [(1, 0.003)],
+        "actor/grad_norm": [(1, float("nan")), (2, 2.0)],
+        "is/tokens_above_pos": [(1, 0.1), (2, 0.2)],
+    })
+    (root / "multirun.yaml").write_text("not a run\n")
+    return root
+
+
+def test_parse_overrides_keeps_bracketed_commas():
+    assert parse_overrides("experiment=sampo_sokoban,seed=1") == {"experiment": "sampo_sokoban", "seed": "1"}
+    assert parse_overrides("algo.x=[1,2],+y=3") == {"algo.x": "[1,2]", "y": "3"}
+    assert parse_overrides("plain") == {}
+
+
+def test_run_table_values(multirun):
+    runs = find_runs(multirun)
+    assert [r.label for r in runs] == ["experiment=grpo_sokoban,seed=1", "experiment=grpo_sokoban,seed=2"]
+    r1, r2 = runs
+    assert r1.final("val/success_rate") == pytest.approx(0.4) and r1.best("val/success_rate") == pytest.approx(0.5)
+    assert r1.steps_to_collapse() == 4 and r2.steps_to_collapse() is None
+    assert r1.peak("actor/kl_loss") == pytest.approx(0.5)
+    assert r2.peak("actor/grad_norm") == pytest.approx(2.0)  # NaN is not a peak
+    table = run_table(runs).splitlines()
+    assert table[0] == ("| run | final success | best success | final easy | steps to collapse | peak KL | "
+                        "peak grad norm | valid-action ratio |")
+    assert table[2] == "| `experiment=grpo_sokoban,seed=1` | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 |"
+    assert table[3] == "| `experiment=grpo_sokoban,seed=2` | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - |"
+    group = group_table(runs).splitlines()
+    # mean and sample std of the final successes 0.4 and 0.6
+    std = math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1)
+    assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 ± {std:.3f} | 0.550 ± ")
+    assert "| 1/2 |" in group[2]
+
+
+def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
+    out = tmp_path / "out"
+    path = write_report(multirun, out)
+    text = path.read_text()
+    assert "## Runs" in text and "![success](success.png)" in text
+    for stem in ("success", "kl", "grad_norm", "clip_fractions", "valid_format"):
+        assert (out / f"{stem}.png").stat().st_size > 5000
+    assert not (out / "masked_seqs.png").exists()  # no run logged it
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from report import main
+
+    assert main([str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
