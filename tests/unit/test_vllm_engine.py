@@ -1,0 +1,215 @@
+"""The vLLM engine's pure helpers: run without vllm installed (the ``vllm``-marked ones need it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from arl.rollout.engine import SamplingParams
+from arl.rollout.vllm_engine import (
+    finish_reason,
+    hf_weight_name,
+    iter_hf_weights,
+    llm_kwargs,
+    merged_adapters,
+    model_folder,
+    sampling_kwargs,
+)
+
+
+@pytest.mark.parametrize(
+    "wrapped, hf",
+    [
+        ("model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.up_proj.weight"),
+        # FSDP1 wraps every block; torch.compile and activation checkpointing insert their own
+        (
+            "_fsdp_wrapped_module.model.layers.0._fsdp_wrapped_module.self_attn.q_proj.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
+        ("_orig_mod.model.embed_tokens.weight", "model.embed_tokens.weight"),
+        ("model.layers.1._checkpoint_wrapped_module.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"),
+        ("module._orig_mod.lm_head.weight", "lm_head.weight"),  # DDP around a compiled model
+        # peft: prefix, base layers, modules_to_save
+        (
+            "base_model.model.model.layers.0.self_attn.v_proj.base_layer.weight",
+            "model.layers.0.self_attn.v_proj.weight",
+        ),
+        ("base_model.model.lm_head.modules_to_save.default.weight", "lm_head.weight"),
+        ("base_model.model.model.norm.weight", "model.norm.weight"),
+        (
+            "_fsdp_wrapped_module.base_model.model.model.layers.2.mlp.gate_proj.base_layer.weight",
+            "model.layers.2.mlp.gate_proj.weight",
+        ),
+    ],
+)
+def test_hf_weight_name_strips_wrappers(wrapped, hf):
+    assert hf_weight_name(wrapped) == hf
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight",
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight",
+        "base_model.model.model.embed_tokens.lora_embedding_A.default",
+        "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector.default.weight",
+        "base_model.model.lm_head.original_module.weight",
+    ],
+)
+def test_hf_weight_name_skips_adapter_factors(name):
+    assert hf_weight_name(name) is None
+
+
+def test_hf_weight_name_keeps_names_that_only_look_like_wrappers():
+    # a module that happens to be called "module" inside the model is not a DDP prefix
+    assert hf_weight_name("model.module.weight") == "model.module.weight"
+
+
+class _Sharded:
+    """What FSDP2 puts in a state dict: a DTensor-like that gathers with ``full_tensor()``."""
+
+    def __init__(self, full):
+        self.full = full
+
+    def full_tensor(self):
+        return self.full
+
+
+def test_iter_hf_weights_gathers_and_renames():
+    a, b = torch.ones(2, 2), torch.zeros(3)
+    state = {
+        "_orig_mod.model.norm.weight": b,
+        "_fsdp_wrapped_module.model.embed_tokens.weight": _Sharded(a),
+        "base_model.model.model.layers.0.q_proj.lora_A.default.weight": torch.ones(1),
+    }
+    out = dict(iter_hf_weights(state))
+    assert set(out) == {"model.norm.weight", "model.embed_tokens.weight"}
+    assert out["model.embed_tokens.weight"] is not None and torch.equal(out["model.embed_tokens.weight"], a)
+
+
+def test_sampling_kwargs_greedy_and_sampling():
+    greedy = SamplingParams(temperature=0.0, top_p=0.5, top_k=7, max_new_tokens=9, stop=("</action>",))
+    g = sampling_kwargs(greedy, [2, 539, 2])
+    assert g["temperature"] == 0.0 and g["top_p"] == 1.0 and g["top_k"] == 0  # filters off when greedy
+    assert g["max_tokens"] == 9 and g["stop"] == ["</action>"] and g["stop_token_ids"] == [2, 539]
+    assert g["include_stop_str_in_output"] and not g["skip_special_tokens"] and g["logprobs"] == 0
+    assert "seed" not in g
+
+    sampled = SamplingParams(temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=4, stop=())
+    s = sampling_kwargs(sampled, [], top_k_disabled=-1, seed=3)
+    assert s["temperature"] == 0.7 and s["top_p"] == 0.9 and s["top_k"] == -1  # the version's 'disabled'
+    assert s["stop"] == [] and s["seed"] == 3
+    assert sampling_kwargs(SamplingParams(temperature=1.0, top_k=5), [])["top_k"] == 5
+
+
+def test_finish_reason_mapping():
+    assert finish_reason("length") == "length"
+    assert finish_reason("stop") == "stop"
+    assert finish_reason("abort") == "stop" and finish_reason(None) == "stop"
+
+
+def test_llm_kwargs_defaults_derivation_and_passthrough():
+    rollout = {"max_prompt_tokens": 1000, "max_new_tokens": 64}
+    kw = llm_kwargs({"dtype": "float32", "max_num_seqs": 16}, rollout, model_max_len=4096)
+    assert kw["dtype"] == "float32" and kw["max_num_seqs"] == 16  # unknown keys pass through
+    assert kw["max_model_len"] == 1064
+    assert kw["logprobs_mode"] == "processed_logprobs"
+    assert "sleep_level" not in kw and "kv_cache_memory_bytes" not in kw  # ours / None -> vLLM's default
+    assert kw["seed"] == 0 and kw["tensor_parallel_size"] == 1 and kw["enable_sleep_mode"] is False
+    capped = llm_kwargs({}, {"max_prompt_tokens": 4000, "max_new_tokens": 512}, model_max_len=2048)
+    assert capped["max_model_len"] == 2048
+    explicit = llm_kwargs({"max_model_len": 300}, {"max_prompt_tokens": 4000, "max_new_tokens": 512})
+    assert explicit["max_model_len"] == 300
+    assert "max_model_len" not in llm_kwargs(None, None)
+
+
+def test_model_folder_reuses_or_saves(tiny, tiny_path, tmp_path):
+    model, tok = tiny
+    folder, tok_folder, fresh = model_folder(model, tok)
+    assert folder == tiny_path and tok_folder is None and not fresh
+
+    class Unsaved(torch.nn.Module):
+        """A model with no folder behind it: saved on demand."""
+
+        name_or_path = ""
+
+        def save_pretrained(self, out):
+            model.save_pretrained(out)
+
+    folder, tok_folder, fresh = model_folder(Unsaved(), tok)
+    try:
+        assert fresh and tok_folder is None
+        assert (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(folder)
+
+
+def test_merged_adapters_merges_only_peft_models():
+    calls = []
+
+    class PeftLike:
+        def __init__(self):
+            self.peft_config = {"default": object()}
+
+        def merge_adapter(self):
+            calls.append("merge")
+
+        def unmerge_adapter(self):
+            calls.append("unmerge")
+
+    with merged_adapters(PeftLike()):
+        calls.append("read")
+    assert calls == ["merge", "read", "unmerge"]
+    with merged_adapters(torch.nn.Linear(2, 2)):
+        pass  # plain module: nothing to merge
+
+
+def test_module_imports_without_vllm():
+    """``import arl.rollout.vllm_engine`` never imports vllm (the engine imports it lazily)."""
+    code = "import sys, arl.rollout.vllm_engine; assert 'vllm' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_vllm_error_names_the_extra(monkeypatch, tiny):
+    if "vllm" not in sys.modules:
+        monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm -> ImportError, even where installed
+    else:
+        pytest.skip("vllm already imported in this process")
+    from arl.rollout.vllm_engine import VLLMEngine
+
+    model, tok = tiny
+    with pytest.raises(ImportError, match=r"pip install arl\[vllm\]"):
+        VLLMEngine.from_config({"engine": "vllm"}, model, tok)
+
+
+@pytest.mark.vllm
+def test_sampling_kwargs_build_vllm_sampling_params():
+    vllm = pytest.importorskip("vllm")
+    from arl.rollout.vllm_engine import top_k_disabled_value
+
+    disabled = top_k_disabled_value()
+    assert disabled in (0, -1)
+    cases = (
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.7, top_p=0.9, top_k=0),
+        SamplingParams(temperature=1.0, top_k=4),
+    )
+    for params in cases:
+        sp = vllm.SamplingParams(**sampling_kwargs(params, [2], disabled, seed=1))
+        assert sp.max_tokens == params.max_new_tokens and sp.logprobs == 0 and sp.include_stop_str_in_output
+        assert sp.top_k == (params.top_k if params.top_k > 0 and params.temperature > 0 else disabled)
+
+
+@pytest.mark.vllm
+def test_vllm_logprobs_mode_is_known():
+    pytest.importorskip("vllm")
+    import typing
+
+    from vllm.config.model import LogprobsMode
+
+    assert llm_kwargs({})["logprobs_mode"] in typing.get_args(LogprobsMode)
