@@ -19,6 +19,7 @@ from arl.envs.registry import make_env
 
 _EXPERTS: dict[str, str] = {
     "sokoban": "arl.envs.sokoban.expert:expert_response",
+    "alfworld": "arl.envs.alfworld.expert:expert_response",
     "math_tool": "arl.envs.math_tool.expert:expert_response",
     "webshop": "arl.envs.webshop.expert:expert_response",
 }

@@ -1,5 +1,6 @@
 """``make_env(name, **cfg)``: environments by name, imported lazily.
 
+Heavy engines (alfworld, webshop) are imported only when asked for, so that importing the
 registry, e.g. to validate a config, costs nothing.
 """
 
@@ -13,6 +14,7 @@ from arl.envs.base import TextEnv
 # name -> "module:attribute" of the environment class
 _ENVS: dict[str, str] = {
     "sokoban": "arl.envs.sokoban.env:SokobanEnv",
+    "alfworld": "arl.envs.alfworld.env:AlfWorldEnv",
     "math_tool": "arl.envs.math_tool.env:MathToolEnv",
     "webshop": "arl.envs.webshop.env:WebShopEnv",
 }
