@@ -5,8 +5,9 @@
 
 A Lightning checkpoint is read together with the config of the run that wrote it (its
 ``.hydra/config.yaml``), so model and environment settings match the training run; an HF folder is
-loaded directly. Command-line overrides (``env.kwargs.num_boxes=2``, ``rollout.val_episodes=256``)
-apply on top.
+loaded directly. A sharded checkpoint (a folder written under ``trainer=fsdp2``/``fsdp``) is first
+consolidated into ``<name>.consolidated`` next to it. Command-line overrides
+(``env.kwargs.num_boxes=2``, ``rollout.val_episodes=256``) apply on top.
 """
 
 from __future__ import annotations
@@ -28,7 +29,20 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 def main(cfg: DictConfig) -> float:
     from arl.evaluation import evaluate_from_config
 
+    ckpt = Path(str(cfg.ckpt_path)).expanduser()
+    if ckpt.is_dir() and (ckpt / "meta.pt").exists():  # a sharded (distributed) Lightning checkpoint
+        cfg.ckpt_path = str(consolidate(ckpt))
     return evaluate_from_config(cfg)["val/success_rate"]
+
+
+def consolidate(folder: Path) -> Path:
+    """One ``torch.save`` file (``state_dict`` with full tensors) from a sharded checkpoint folder."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = folder.with_name(folder.name + ".consolidated")
+    if not out.exists() or out.stat().st_mtime < (folder / "meta.pt").stat().st_mtime:
+        dcp_to_torch_save(folder, out)
+    return out
 
 
 if __name__ == "__main__":

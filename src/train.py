@@ -30,7 +30,11 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
     from arl.pipeline import train
 
-    return train(cfg)["optimized_metric"]
+    try:
+        return train(cfg)["optimized_metric"]
+    except ConfigError as err:  # e.g. ckpt_path=last with no run to resume
+        print(f"config error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,12 @@
 
 ``src/train.py`` calls :func:`train` with the composed Hydra config. This module builds the parts
 from the config and wires them; the parts themselves live in their own packages.
+
+Resuming (``ckpt_path=<file>`` or ``ckpt_path=last``) skips behaviour cloning, restores the RL
+stage from the checkpoint and, by default (``rl.resume_in_place``), continues in the run folder
+that wrote the checkpoint: same ``checkpoints/``, same ``tensorboard/rl`` version (the new event
+file purges any step after the checkpoint's iteration, so the curves stay continuous), same
+``policy_hf``. Under data parallelism every rank runs this module; rank 0 alone writes files.
 """
 
 from __future__ import annotations
@@ -9,17 +15,20 @@ from __future__ import annotations
 import copy
 import logging
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import numpy as np
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from arl.agent.experts import expert_episodes
 from arl.agent.loop import AgentLoop
 from arl.callbacks import IterationLog, WeightSync
+from arl.callbacks.weight_sync import sync_engine
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE, RolloutDataModule
 from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.models.loading import load_from_config, save_hf
@@ -27,7 +36,8 @@ from arl.modules.rl_module import AgenticRLModule
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
-from arl.utils.config import validate_config
+from arl.utils.config import ConfigError, validate_config
+from arl.utils.fsdp import full_state_dict, is_sharded, strategy_kwargs, strategy_name
 from arl.utils.logging import console, results_table
 
 log = logging.getLogger(__name__)
@@ -74,19 +84,76 @@ def build_agent_loop(cfg: dict[str, Any], engine, tokenizer) -> AgentLoop:
     )
 
 
-def build_loggers(cfg: DictConfig, stage: str) -> list:
-    """Instantiate the ``logger`` group with the stage as TensorBoard version (``bc``, ``rl``)."""
+def build_loggers(cfg: DictConfig, stage: str, purge_step: int | None = None) -> list:
+    """Instantiate the ``logger`` group with the stage as TensorBoard version (``bc``, ``rl``).
+
+    ``purge_step`` (resumed runs): TensorBoard drops the steps >= it that an earlier event file
+    of the same version holds, so a curve has no duplicated iteration after a resume.
+    """
     loggers = []
     for _, lg_cfg in (cfg.get("logger") or {}).items():
         if lg_cfg is not None and "_target_" in lg_cfg:
-            kwargs = {"version": stage} if "TensorBoardLogger" in lg_cfg["_target_"] else {}
+            kwargs: dict[str, Any] = {}
+            if "TensorBoardLogger" in lg_cfg["_target_"]:
+                kwargs["version"] = stage
+                if purge_step is not None:
+                    kwargs["purge_step"] = int(purge_step)
             loggers.append(instantiate(lg_cfg, **kwargs))
     return loggers
 
 
-def build_trainer(cfg: DictConfig, stage: str, callbacks: list, **overrides) -> L.Trainer:
+def build_strategy(trainer_cfg: dict[str, Any], model=None):
+    """``trainer.strategy`` as an object (or its string/None), completed from ``trainer.sharding``.
+
+    ``FSDPStrategy`` gets ``auto_wrap_policy`` / ``activation_checkpointing_policy`` from the block
+    class names (resolved against ``model``); ``ModelParallelStrategy`` gets a data-parallel size
+    of all processes when it is left null (the module's ``configure_model`` shards).
+    """
+    strategy = trainer_cfg.get("strategy")
+    if not isinstance(strategy, dict) or "_target_" not in strategy:
+        return strategy
+    strategy = dict(strategy)
+    name = strategy_name(trainer_cfg)
+    sharding = trainer_cfg.get("sharding") or {}
+    if name == "FSDPStrategy":
+        if model is None:
+            raise ValueError("FSDPStrategy needs the model to resolve trainer.sharding.layer_cls")
+        return instantiate(strategy, **strategy_kwargs(strategy, sharding, model))
+    if name == "ModelParallelStrategy":
+        if strategy.get("data_parallel_size") in (None, "auto"):
+            devices = trainer_cfg.get("devices", 1)
+            if devices in (-1, "auto"):
+                import torch
+
+                devices = max(torch.cuda.device_count(), 1)
+            strategy["data_parallel_size"] = int(devices) * int(trainer_cfg.get("num_nodes", 1))
+        strategy.setdefault("tensor_parallel_size", 1)
+        if strategy.get("tensor_parallel_size") in (None, "auto"):
+            strategy["tensor_parallel_size"] = 1
+    return instantiate(strategy)
+
+
+def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purge_step: int | None = None,
+                  extra_callbacks: list | None = None, **overrides) -> L.Trainer:
+    """A Trainer of ``cfg.trainer`` for ``stage``; the RL stage also gets the ``callbacks`` group.
+
+    The order of the callbacks is: ``callbacks`` minus the weight sync, ``extra_callbacks``, the
+    config's callbacks, then the weight sync (so it loads whatever the others left, e.g. after a
+    rollback); Lightning moves checkpoint callbacks to the end.
+    """
     extra = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c and stage == "rl"]
-    return instantiate(cfg.trainer, logger=build_loggers(cfg, stage), callbacks=callbacks + extra, **overrides)
+    head = [c for c in callbacks if not isinstance(c, WeightSync)]
+    tail = [c for c in callbacks if isinstance(c, WeightSync)]
+    tcfg = _container(cfg.trainer)
+    strategy = build_strategy(tcfg, model)
+    tcfg.pop("sharding", None)
+    tcfg.pop("strategy", None)
+    kwargs = dict(overrides)
+    if strategy is not None:
+        kwargs["strategy"] = strategy
+    return instantiate(
+        tcfg, logger=build_loggers(cfg, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail, **kwargs
+    )
 
 
 def bc_seeds(seed: int, n: int) -> list[int]:
@@ -95,8 +162,12 @@ def bc_seeds(seed: int, n: int) -> list[int]:
     return [int(s) for s in rng.integers(0, TRAIN_SEED_SPACE, size=n)]
 
 
-def run_bc(cfg: DictConfig, model, tokenizer, loop: AgentLoop) -> dict[str, float]:
-    """Behaviour cloning on expert episodes; trains ``model`` in place."""
+def run_bc(cfg: DictConfig, model, tokenizer, loop: AgentLoop) -> tuple[dict[str, float], dict | None]:
+    """Behaviour cloning on expert episodes; trains ``model`` in place.
+
+    Returns the BC metrics and, when the trainer shards the model, the gathered full weights (the
+    sharded ``model`` object is not usable outside its strategy any more).
+    """
     c = _container(cfg)
     bc = c["bc"]
     t0 = time.perf_counter()
@@ -109,41 +180,63 @@ def run_bc(cfg: DictConfig, model, tokenizer, loop: AgentLoop) -> dict[str, floa
     )
     total = dm.steps_per_epoch * int(bc["epochs"])
     module = BehaviourCloningModule(
-        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=total
+        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=total,
+        sharding=c["trainer"].get("sharding"),
     )
     trainer = build_trainer(
-        cfg, "bc", [IterationLog()], max_epochs=int(bc["epochs"]), enable_checkpointing=False,
+        cfg, "bc", [IterationLog()], model=model, max_epochs=int(bc["epochs"]), enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False,
     )
     trainer.fit(module, datamodule=dm)
-    return {"bc/expert_success": won / max(len(episodes), 1), "bc/samples": float(len(dm.train_samples))}
+    gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
+    return {"bc/expert_success": won / max(len(episodes), 1), "bc/samples": float(len(dm.train_samples))}, gathered
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Run the whole job; returns the final metrics (``optimized_metric`` among them)."""
-    validate_config(cfg)
+def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
+    """The newest ``<log_dir>/<task_name>/runs/*/checkpoints/last.ckpt`` (a file or a sharded folder)."""
+    root = Path(log_dir) / task_name / "runs"
+    found = list(root.glob("*/checkpoints/last.ckpt"))
+    if not found:
+        raise ConfigError(
+            f"ckpt_path=last: no checkpoint of task {task_name!r} found ({root}/*/checkpoints/last.ckpt); "
+            "pass ckpt_path=<file> or check task_name and paths.log_dir"
+        )
+
+    def mtime(p: Path) -> float:
+        meta = p / "meta.pt"
+        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
+
+    return max(found, key=mtime)
+
+
+def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
+    """``ckpt_path`` as a path: ``last`` finds the newest run of ``task_name``; None if unset."""
+    value = c.get("ckpt_path")
+    if not value:
+        return None
+    if str(value) == "last":
+        return find_last_checkpoint(c["paths"]["log_dir"], c["task_name"])
+    path = Path(str(value))
+    if not path.exists():
+        raise ConfigError(f"ckpt_path={value!r} does not exist")
+    return path
+
+
+def checkpoint_iteration(path: Path) -> int:
+    """The RL iteration a checkpoint was written at (file, or sharded folder's ``meta.pt``)."""
+    import torch
+
+    meta = path / "meta.pt" if path.is_dir() else path
+    state = torch.load(meta, map_location="cpu", weights_only=True, mmap=not path.is_dir())
+    return int(state.get("arl", {}).get("iteration", 0))
+
+
+def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
+    """The RL LightningModule; the frozen reference exists only when ``algo.kl.coef > 0``."""
     c = _container(cfg)
-    out_dir = Path(c["paths"]["output_dir"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    L.seed_everything(int(c["seed"]), workers=True)
-
-    _quiet_lightning_logging()
-    model, tokenizer, source = load_from_config(c["model"])
-    model.train()
-    console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
-    engine = build_engine(c["rollout"], model, tokenizer)
-    loop = build_agent_loop(c, engine, tokenizer)
-    results: dict[str, Any] = {"run_dir": str(out_dir)}
-
-    if c["bc"]["enabled"] and not c["model"].get("init_from") and not c.get("ckpt_path"):
-        results.update(run_bc(cfg, model, tokenizer, loop))
-        save_hf(model, tokenizer, out_dir / "bc_policy_hf")
-        engine.sync(model)
-
-    algo = c["algo"]
-    reference = copy.deepcopy(model) if algo["kl"]["coef"] > 0 else None
-    rl = c["rl"]
-    module = AgenticRLModule(
+    algo, rl = c["algo"], c["rl"]
+    reference = copy.deepcopy(model) if float(algo["kl"]["coef"]) > 0 else None
+    return AgenticRLModule(
         model,
         reference,
         tokenizer,
@@ -155,8 +248,66 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         grad_clip=float(rl["grad_clip"]),
         warmup_steps=int(rl["warmup_steps"]),
         temperature=float(c["rollout"]["temperature"]) or 1.0,
+        sharding=c["trainer"].get("sharding"),
     )
-    r = c["rollout"]
+
+
+def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
+    """Run the whole job; returns the final metrics (``optimized_metric`` among them).
+
+    Args:
+        cfg: the composed config (``train.yaml``).
+        callbacks: extra Lightning callbacks for the RL stage (programmatic use, tests); they run
+            before the config's callbacks.
+    """
+    validate_config(cfg)
+    c = _container(cfg)
+    ckpt = resolve_ckpt_path(c)
+    out_dir = Path(c["paths"]["output_dir"])
+    resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
+    if ckpt is not None and c["rl"].get("resume_in_place", True) and ckpt.parent.name == "checkpoints":
+        run_dir = ckpt.parent.parent
+        if run_dir.resolve() != out_dir.resolve():
+            if rank_zero_only.rank == 0:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                (out_dir / "RESUMED_INTO.txt").write_text(f"{run_dir}\n(resumed from {ckpt} at iteration {resume_it})\n")
+            with open_dict(cfg):
+                cfg.paths.output_dir = str(run_dir)
+            c = _container(cfg)
+            out_dir = run_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    L.seed_everything(int(c["seed"]), workers=True)
+
+    _quiet_lightning_logging()
+    model, tokenizer, source = load_from_config(c["model"])
+    model.train()
+    console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
+    sharded = is_sharded(c["trainer"])
+    if sharded and "layer_cls" in (c["trainer"].get("sharding") or {}):
+        from arl.utils.fsdp import resolve_layer_classes
+
+        resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
+    # under sharding the engine keeps its own unsharded copy (synced by gathering after updates)
+    engine_model = copy.deepcopy(model) if sharded else model
+    engine = build_engine(c["rollout"], engine_model, tokenizer)
+    loop = build_agent_loop(c, engine, tokenizer)
+    results: dict[str, Any] = {"run_dir": str(out_dir)}
+    if ckpt is not None:
+        results["resumed_from"] = str(ckpt)
+        console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
+
+    if c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None:
+        bc_results, gathered = run_bc(cfg, model, tokenizer, loop)
+        results.update(bc_results)
+        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
+            engine_model.load_state_dict(gathered)
+            model = copy.deepcopy(engine_model)
+        if rank_zero_only.rank == 0:
+            save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf")
+        engine.sync(engine_model)  # a no-op for the HF engine, which holds this very module
+
+    module = build_rl_module(cfg, model, tokenizer)
+    algo, rl, r = c["algo"], c["rl"], c["rollout"]
     dm = RolloutDataModule(
         loop,
         iterations=int(rl["iterations"]),
@@ -171,22 +322,32 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         group_filter=None if algo["filter"]["name"] == "none" else module.group_filter,
     )
     trainer = build_trainer(
-        cfg, "rl", [IterationLog(), WeightSync(engine)],
+        cfg, "rl", [IterationLog(), WeightSync(engine)], model=model,
+        purge_step=None if resume_it is None else resume_it + 1, extra_callbacks=callbacks,
         max_epochs=1, val_check_interval=int(rl["val_every"]), check_val_every_n_epoch=None,
         num_sanity_val_steps=0, enable_progress_bar=False,
         inference_mode=False,  # metric states persist across validate() and fit()
     )
-    if not c.get("ckpt_path"):
+    if ckpt is None:
         trainer.validate(module, datamodule=dm, verbose=False)
         results["val_before_rl"] = dict(module.last_val)
-    trainer.fit(module, datamodule=dm, ckpt_path=c.get("ckpt_path"))
-    if module.iteration % int(rl["val_every"]) != 0 or not getattr(module, "last_val", None):
+    trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt is not None else None)
+    if getattr(module, "last_val_iteration", None) != module.iteration or not getattr(module, "last_val", None):
         trainer.validate(module, datamodule=dm, verbose=False)
     results["val_after_rl"] = dict(module.last_val)
-    hf_dir = save_hf(model, tokenizer, out_dir / "policy_hf")
+    results["iterations_done"] = int(module.iteration)
+    if engine_model is not model:  # sharded: the final weights, gathered (every rank takes part)
+        sync_engine(engine, trainer, module)
+        if getattr(engine, "model", None) is not engine_model:
+            engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
+    hf_dir = out_dir / "policy_hf"
+    if trainer.is_global_zero:
+        hf_dir = save_hf(engine_model, tokenizer, hf_dir)
+    trainer.strategy.barrier("arl_export")
     results["policy_hf"] = str(hf_dir)
     loop.close()
-    _print_summary(results, out_dir)
+    if trainer.is_global_zero:
+        _print_summary(results, out_dir)
     metric = c.get("optimized_metric")
     results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
     return results
@@ -196,6 +357,10 @@ def _quiet_lightning_logging() -> None:
     """Let Lightning's messages go through the root (Hydra) handlers only, not twice."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         logging.getLogger(name).handlers.clear()
+    # the rollout DataModule restores its own seed stream and RNG states on resume (its
+    # state_dict), which Lightning cannot see from the DataLoader
+    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
+    warnings.filterwarnings("ignore", message=".*IterableDataset. has .__len__. defined.*")
 
 
 def _print_summary(results: dict[str, Any], out_dir: Path) -> None:

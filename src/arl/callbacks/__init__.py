@@ -1,6 +1,8 @@
-"""Lightning callbacks: per-iteration progress lines, weight sync to the rollout engine."""
+"""Lightning callbacks: progress lines, weight sync, per-iteration checkpoints, collapse detector."""
 
+from arl.callbacks.checkpoint import IterationCheckpoint
+from arl.callbacks.collapse import CollapseDetector
 from arl.callbacks.progress import IterationLog
 from arl.callbacks.weight_sync import WeightSync
 
-__all__ = ["IterationLog", "WeightSync"]
+__all__ = ["CollapseDetector", "IterationCheckpoint", "IterationLog", "WeightSync"]

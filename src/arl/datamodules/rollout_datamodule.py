@@ -5,6 +5,17 @@ The train loader is an ``IterableDataset`` that yields one :class:`RolloutBatch`
 re-rollout top-up (DESIGN section 4, filters). Task seeds are derived from (seed, iteration, round)
 so a run is reproducible and a resumed run continues the same seed stream. Validation episodes use
 held-out seeds (a range no training seed falls in), group size 1 and ``val_temperature``.
+
+Under data parallelism (DDP, FSDP) ``groups_per_step`` and ``val_episodes`` are global: every
+rank draws the same seed list and rolls out its own contiguous share of it (rank r of W takes
+groups ``[G r / W, G (r+1) / W)``), so ranks do different tasks and one process with the same
+config does exactly the union. Rollout metrics carry how they combine over ranks
+(:attr:`RolloutBatch.reduce`), so the module can log exact global means.
+
+The state (``state_dict``, saved in every checkpoint) is the iteration, the base seed, and every
+rank's RNG states (python, numpy, torch) as they were when the checkpoint was written; a resumed
+run restores its rank's states right before its first rollout, so sampling continues exactly as
+in an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from arl.agent.loop import AgentLoop, Task
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
 from arl.rollout.engine import SamplingParams
+from arl.utils import distributed as dist_utils
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +51,9 @@ class RolloutBatch:
     seconds: float = 0.0
     metrics: dict[str, float] = field(default_factory=dict)
     sample_mode: str = "turn"  # how the episodes were rolled out (arl.agent.samples.SAMPLE_MODES)
+    # how each metric combines over data-parallel ranks: "sum", "max", or a weight (a count) for
+    # a weighted mean; metrics not listed are plain means over ranks
+    reduce: dict[str, str | float] = field(default_factory=dict)
 
 
 def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
@@ -50,6 +65,11 @@ def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int
 def val_task_seeds(n: int, offset: int = 0) -> list[int]:
     """The held-out validation seeds."""
     return [VAL_SEED_BASE + offset + i for i in range(n)]
+
+
+def rank_share(n: int, rank: int = 0, world: int = 1) -> tuple[int, int]:
+    """The contiguous slice ``[start, end)`` of ``n`` items that rank ``rank`` of ``world`` takes."""
+    return n * rank // world, n * (rank + 1) // world
 
 
 GroupFilter = Callable[[torch.Tensor, torch.Tensor, "float | None"], Any]
@@ -64,14 +84,20 @@ class _TrainStream(IterableDataset):
             yield self.dm.next_train_batch()
 
     def __len__(self) -> int:
-        return max(self.dm.iterations - self.dm.iteration, 0)
+        # The whole run is one epoch of ``iterations`` batches. A known length also stops Lightning
+        # from prefetching a batch (which would roll out before the previous update). On resume
+        # Lightning restores its batch counters mid-epoch, so the length stays the total.
+        return self.dm.iterations
 
 
-def validation_batches(loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0) -> Iterator[RolloutBatch]:
-    """Held-out episodes (group size 1), ``batch_size`` per engine batch."""
+def validation_batches(
+    loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0, rank: int = 0, world: int = 1
+) -> Iterator[RolloutBatch]:
+    """Held-out episodes (group size 1), ``batch_size`` per engine batch; rank's share only."""
     seeds = val_task_seeds(episodes)
-    for start in range(0, len(seeds), batch_size):
-        chunk = seeds[start : start + batch_size]
+    lo, hi = rank_share(len(seeds), rank, world)
+    for start in range(lo, hi, batch_size):
+        chunk = seeds[start : min(start + batch_size, hi)]
         tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
         t0 = time.perf_counter()
         eps = loop.run(tasks, 1, params, first_episode_id=start)
@@ -84,7 +110,10 @@ class _ValStream(IterableDataset):
 
     def __iter__(self) -> Iterator[RolloutBatch]:
         dm = self.dm
-        yield from validation_batches(dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration)
+        rank, world = dm.rank_and_world()
+        yield from validation_batches(
+            dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world
+        )
 
 
 class RolloutDataModule(LightningDataModule):
@@ -129,14 +158,39 @@ class RolloutDataModule(LightningDataModule):
         self.max_rollout_rounds = max(1, max_rollout_rounds)
         self.group_filter = group_filter
         self.iteration = 0
+        self._pending_rng: dict[str, Any] | None = None  # restored right before the next rollout
+        self._seeded = False
+
+    def rank_and_world(self) -> tuple[int, int]:
+        """This process's data-parallel rank and the number of ranks (0, 1 without a Trainer)."""
+        trainer = getattr(self, "trainer", None)
+        if trainer is None:
+            return dist_utils.rank(), dist_utils.world_size()
+        return int(trainer.global_rank), int(trainer.world_size)
 
     # ------------------------------------------------------------------ state (resume)
     def state_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "seed": self.seed}
+        """Iteration, base seed, and the RNG states of every rank (a collective under DDP/FSDP)."""
+        return {
+            "iteration": self.iteration,
+            "seed": self.seed,
+            "world_size": dist_utils.world_size(),
+            "rng": dist_utils.all_gather_object(dist_utils.capture_rng()),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = int(state["iteration"])
         self.seed = int(state.get("seed", self.seed))
+        states = state.get("rng") or []
+        rank, world = self.rank_and_world()
+        if len(states) == world:
+            self._pending_rng = states[rank]
+        elif states:
+            log.warning(
+                "checkpoint holds RNG states of %d ranks, this run has %d: sampling will not continue "
+                "bit-identically (the seed stream of tasks does)", len(states), world,
+            )
+        self._seeded = True
 
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:
@@ -146,9 +200,24 @@ class RolloutDataModule(LightningDataModule):
         return DataLoader(_ValStream(self), batch_size=None, num_workers=0, collate_fn=_identity)
 
     # ------------------------------------------------------------------ one iteration
+    def _prepare_rng(self) -> None:
+        """Restore a resumed run's RNG states; give each rank its own stream in a fresh run."""
+        if self._pending_rng is not None:
+            dist_utils.restore_rng(self._pending_rng)
+            self._pending_rng = None
+        elif not self._seeded:
+            rank, world = self.rank_and_world()
+            if world > 1:  # one process keeps the global seed of seed_everything
+                dist_utils.seed_rank(self.seed, rank)
+        self._seeded = True
+
     def next_train_batch(self) -> RolloutBatch:
-        """Roll out one iteration, applying the filter with re-rollout top-up."""
+        """Roll out this rank's share of one iteration, applying the filter with re-rollout top-up."""
+        self._prepare_rng()
         it = self.iteration
+        rank, world = self.rank_and_world()
+        lo, hi = rank_share(self.groups_per_step, rank, world)
+        target = hi - lo
         t0 = time.perf_counter()
         kept: list[Episode] = []
         kept_groups = 0
@@ -156,11 +225,11 @@ class RolloutDataModule(LightningDataModule):
         tokens = env_steps = 0
         gen_s = env_s = 0.0
         all_eps: list[Episode] = []
-        while rounds < self.max_rollout_rounds and kept_groups < self.groups_per_step:
-            seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)
-            base = rounds * self.groups_per_step
+        while rounds < self.max_rollout_rounds and kept_groups < target:
+            seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)[lo:hi]
+            base = rounds * self.groups_per_step + lo
             tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
-            episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size)
+            episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size) if tasks else []
             stats = self.agent_loop.last_stats
             tokens += stats.generated_tokens
             env_steps += stats.env_steps
@@ -181,7 +250,7 @@ class RolloutDataModule(LightningDataModule):
                 torch.tensor([e.group_id for e in usable], dtype=torch.long),
                 valid_ratio,
             )
-            keep_ids = [int(g) for g in result.kept_group_ids.tolist()][: self.groups_per_step - kept_groups]
+            keep_ids = [int(g) for g in result.kept_group_ids.tolist()][: target - kept_groups]
             keep = set(keep_ids)
             kept.extend(e for e in episodes if e.group_id in keep)
             kept_groups += len(keep_ids)
@@ -193,12 +262,39 @@ class RolloutDataModule(LightningDataModule):
             "rollout/tokens_per_s": tokens / max(gen_s, 1e-9),
             "rollout/env_steps_per_s": env_steps / max(env_s, 1e-9),
             "rollout/env_worker_restarts": float(self.agent_loop.pool.restarts),
+            "rollout/episodes": float(len(all_eps)),  # over all ranks (their shares add up)
         }
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/"))
-        if kept_groups < self.groups_per_step and self.group_filter is not None:
-            log.info("iteration %d: filter kept %d/%d groups after %d rounds", it, kept_groups, self.groups_per_step, rounds)
-        return RolloutBatch(kept, it, seconds, metrics, self.agent_loop.sample_mode)
+        if kept_groups < target and self.group_filter is not None:
+            log.info("iteration %d: filter kept %d/%d groups after %d rounds", it, kept_groups, target, rounds)
+        return RolloutBatch(kept, it, seconds, metrics, self.agent_loop.sample_mode, rollout_reduce_spec(all_eps, metrics))
+
+
+_SUMMED = ("filter/kept_groups", "rollout/episodes", "rollout/env_errors", "rollout/env_worker_restarts", "rollout/tokens_per_s", "rollout/env_steps_per_s")
+_PER_TURN = ("rollout/valid_action_ratio", "rollout/response_len_mean", "rollout/truncated_ratio")
+
+
+def rollout_reduce_spec(episodes: list[Episode], metrics: dict[str, float]) -> dict[str, str | float]:
+    """How each rollout metric combines over ranks: counts for means, sums for totals and rates/s."""
+    good = [e for e in episodes if not e.env_error]
+    n_turns = float(sum(e.num_turns for e in good))
+    by_type: dict[str, int] = {}
+    for e in good:
+        by_type[e.task_type] = by_type.get(e.task_type, 0) + 1
+    spec: dict[str, str | float] = {}
+    for key in metrics:
+        if key in _SUMMED:
+            spec[key] = "sum"
+        elif key in ("filter/rounds", "rollout/response_len_max"):
+            spec[key] = "max"
+        elif key in _PER_TURN:
+            spec[key] = n_turns
+        elif key.startswith("rollout/success_rate/"):
+            spec[key] = float(by_type.get(key.rsplit("/", 1)[-1], 0))
+        elif key.startswith("rollout/"):
+            spec[key] = float(len(good))
+    return spec
 
 
 def _identity(x):

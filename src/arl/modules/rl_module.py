@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from typing import Any, Callable
 
 import torch
@@ -20,6 +21,8 @@ from arl.algos import advantages, diagnostics, filters, kl
 from arl.algos import objective as objective_lib
 from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
 from arl.modules.forward import forward_log_probs
+from arl.utils import distributed as dist_utils
+from arl.utils.fsdp import fully_shard_model
 
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
@@ -39,6 +42,8 @@ class AgenticRLModule(LightningModule):
         grad_clip: max global gradient norm.
         warmup_steps: linear LR warm-up in optimiser steps.
         temperature: the rollout sampling temperature (logits are scaled by it when scoring).
+        sharding: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
+            FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
     """
 
     def __init__(
@@ -54,6 +59,7 @@ class AgenticRLModule(LightningModule):
         grad_clip: float = 1.0,
         warmup_steps: int = 0,
         temperature: float = 1.0,
+        sharding: dict[str, Any] | None = None,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -74,6 +80,7 @@ class AgenticRLModule(LightningModule):
         self.grad_clip = grad_clip
         self.warmup_steps = warmup_steps
         self.temperature = temperature
+        self.sharding = dict(sharding) if sharding else None
         self.skipped_steps = 0
         self.iteration = 0
         self.val_success = MeanMetric()
@@ -94,47 +101,138 @@ class AgenticRLModule(LightningModule):
             returns=returns, group_ids=group_ids, valid_ratio=valid_ratio, **self.filter_kwargs
         )
 
+    # ----------------------------------------------------------------------- distribution
+    def configure_model(self) -> None:
+        """FSDP2 (``ModelParallelStrategy``): shard policy and reference on the data-parallel mesh."""
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if type(strategy).__name__ != "ModelParallelStrategy":
+            return
+        if not self.sharding:
+            raise ValueError("ModelParallelStrategy needs trainer.sharding.layer_cls (the transformer block class to shard)")
+        mesh = self.device_mesh["data_parallel"] if "data_parallel" in (self.device_mesh.mesh_dim_names or ()) else self.device_mesh
+        fully_shard_model(self.policy, self.sharding, mesh)
+        if self.reference is not None:
+            fully_shard_model(self.reference, {**self.sharding, "activation_checkpointing": False}, mesh)
+
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
+    def _reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
+        """Sum over data-parallel ranks (identity on one process)."""
+        if self._world_size() > 1:
+            return dist_utils.all_reduce_(value.float(), "sum")
+        return value.float()
+
+    def _uniform_count(self, n: int) -> int:
+        """The largest ``n`` over ranks: every rank runs that many forwards/backwards, so the
+        collectives inside them (DDP gradient all-reduce, FSDP all-gather/reduce-scatter) pair up."""
+        return dist_utils.max_int(n) if self._world_size() > 1 else n
+
+    def _any_rank(self, flag: bool) -> bool:
+        return bool(dist_utils.max_int(int(flag))) if self._world_size() > 1 else flag
+
+    def _dummy_logits(self, model) -> torch.Tensor:
+        """A two-token forward: the padding a rank runs when it has fewer micro-batches than another."""
+        ids = torch.full((1, 2), int(self.pad_id or 0), dtype=torch.long, device=self.device)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(2, device=self.device)[None], use_cache=False)
+        return out.logits
+
+    def _backward_sync(self, last: bool):
+        """DDP: accumulate micro-batch gradients locally and all-reduce on the last one only."""
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if not last and strategy is not None and hasattr(strategy, "block_backward_sync"):
+            return strategy.block_backward_sync()
+        return nullcontext()
+
+    def _clip_grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
+        root = self._trainer.strategy.model if self._trainer is not None else None
+        if root is not None and type(root).__name__ == "FullyShardedDataParallel":  # FSDP1: norms over shards
+            return root.clip_grad_norm_(self.grad_clip)
+        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+
     # ----------------------------------------------------------------------- scoring
     @torch.no_grad()
-    def _score(self, model, data: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _score(self, model, data: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
         """Log-probs of every row of ``data`` under ``model``, micro-batched; (B, L)."""
-        out = torch.zeros_like(data["response_mask"])
-        idx = torch.arange(data["input_ids"].shape[0])
+        micros: list[dict[str, torch.Tensor]] = []
+        if data is not None:
+            idx = torch.arange(data["input_ids"].shape[0])
+            micros = list(micro_batches({**data, "_row": idx}, idx, self.micro_token_budget))
         was_training = model.training
         model.eval()
         try:
-            for mb in micro_batches({**data, "_row": idx}, idx, self.micro_token_budget):
+            out = torch.zeros_like(data["response_mask"]) if data is not None else None
+            for j in range(self._uniform_count(len(micros))):
+                if j >= len(micros):
+                    self._dummy_logits(model)
+                    continue
+                mb = micros[j]
                 logp, _ = forward_log_probs(model, mb, self.temperature)
                 out[mb["_row"], : logp.shape[1]] = logp
         finally:
             model.train(was_training)
-        return out * data["response_mask"]
+        return out * data["response_mask"] if data is not None else None
 
     # ----------------------------------------------------------------------- training
     def training_step(self, batch, batch_idx: int):
         t_start = time.perf_counter()
         metrics: dict[str, float] = dict(batch.metrics)
+        spec: dict[str, Any] = dict(getattr(batch, "reduce", None) or {})
         samples, turns = build_samples(batch.episodes, getattr(batch, "sample_mode", "turn"))
         self.iteration += 1
-        if not samples:
+        if float(self._reduce_sum(torch.tensor(float(len(samples))))) == 0:  # no rank has anything
             self.skipped_steps += 1
             metrics["actor/skipped_steps"] = float(self.skipped_steps)
-            self.last_metrics = metrics
-            self._log_at_iteration(metrics)
+            spec["actor/skipped_steps"] = "same"
+            self.last_metrics = self._reduce_metrics(metrics, spec)
+            self._log_at_iteration(self.last_metrics)
             return
-        data = {k: v.to(self.device) for k, v in collate_tokens(samples, self.pad_id).items()}
-        table = {k: v.to(self.device) for k, v in collate_turns(turns).items()}
-        mask = data["response_mask"]
+        data = table = None
+        if samples:
+            data = {k: v.to(self.device) for k, v in collate_tokens(samples, self.pad_id).items()}
+            table = {k: v.to(self.device) for k, v in collate_turns(turns).items()}
         on_policy = self.ppo_epochs == 1 and self.mini_batches == 1
 
         t0 = time.perf_counter()
         need_old = not on_policy or not self.objective.kl_in_loss
         if need_old:
-            data["old_log_probs"] = self._score(self.policy, data)
+            old = self._score(self.policy, data)
+            if data is not None:
+                data["old_log_probs"] = old
         if self.reference is not None and self.objective.kl_coef > 0:
-            data["ref_log_probs"] = self._score(self.reference, data)
+            ref = self._score(self.reference, data)
+            if data is not None:
+                data["ref_log_probs"] = ref
         t_logprob = time.perf_counter() - t0
 
+        if data is not None:
+            metrics.update(self._advantages(data, table, turns, spec))
+
+        t1 = time.perf_counter()
+        metrics.update(self._update(data, on_policy, spec))
+        t_update = time.perf_counter() - t1
+        metrics.update(
+            {
+                "perf/rollout_s": float(batch.seconds),
+                "perf/logprob_s": t_logprob,
+                "perf/update_s": t_update,
+                "perf/iteration_s": float(batch.seconds) + time.perf_counter() - t_start,
+                "actor/skipped_steps": float(self.skipped_steps),
+                "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
+                "train/samples": float(len(samples)),
+                "train/turns": float(len(turns)),
+            }
+        )
+        spec.update({k: "max" for k in metrics if k.startswith("perf/")})
+        spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum"})
+        self.last_metrics = self._reduce_metrics(metrics, spec)
+        self._log_at_iteration(self.last_metrics)
+
+    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], turns: list, spec: dict[str, Any]) -> dict[str, float]:
+        """Advantages per turn, spread onto each turn's tokens (``data['advantages']``); metrics."""
+        mask = data["response_mask"]
+        metrics: dict[str, float] = {}
         step_rewards = table["reward"]
         if "ref_log_probs" in data and not self.objective.kl_in_loss:
             # k-estimator per token, summed over each turn's own tokens (both sample modes)
@@ -162,73 +260,59 @@ class AgenticRLModule(LightningModule):
         if "old_log_probs" in data:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})
+        n_turns, n_tokens = float(len(turns)), float(mask.sum())
+        spec.update({k: (n_tokens if k.startswith("is/rollout_") else n_turns) for k in metrics})
+        return metrics
 
-        t1 = time.perf_counter()
-        metrics.update(self._update(data, on_policy))
-        t_update = time.perf_counter() - t1
-        metrics.update(
-            {
-                "perf/rollout_s": float(batch.seconds),
-                "perf/logprob_s": t_logprob,
-                "perf/update_s": t_update,
-                "perf/iteration_s": float(batch.seconds) + time.perf_counter() - t_start,
-                "actor/skipped_steps": float(self.skipped_steps),
-                "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
-                "train/samples": float(len(samples)),
-                "train/turns": float(len(turns)),
-            }
-        )
-        self.last_metrics = metrics
-        self._log_at_iteration(metrics)
+    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, spec: dict[str, Any] | None = None) -> dict[str, float]:
+        """``ppo_epochs`` passes of ``mini_batches`` optimiser steps; returns averaged metrics.
 
-    def _update(self, data: dict[str, torch.Tensor], on_policy: bool) -> dict[str, float]:
-        """``ppo_epochs`` passes of ``mini_batches`` optimiser steps; returns averaged metrics."""
+        Every rank splits its own rows into the same number of mini-batches, and runs the same
+        number of micro-batch forward/backward passes per step (padding with a zero-loss forward),
+        so the collectives of DDP and FSDP pair up. The loss normalisers (tokens, sequences) are
+        summed over all micro-batches and ranks. A non-finite loss on any rank, or a non-finite
+        gradient norm, skips the step on every rank (counted in ``actor/skipped_steps``).
+        """
         opt = self.optimizers()
         sched = self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        mask = data["response_mask"]
-        n = mask.shape[0]
+        world = self._world_size()
+        n = 0 if data is None else int(data["response_mask"].shape[0])
+        mask = data["response_mask"] if data is not None else None
         sums: dict[str, float] = defaultdict(float)
         steps = 0
         for _epoch in range(self.ppo_epochs):
-            perm = torch.randperm(n, device=mask.device)
-            for mb_idx in perm.chunk(min(self.mini_batches, n)):
-                global_tokens = self._reduce_sum(mask[mb_idx].sum())
-                global_seqs = self._reduce_sum((mask[mb_idx].sum(-1) > 0).sum().float())
+            perm = torch.randperm(n, device=self.device)
+            chunks = torch.tensor_split(perm, self.mini_batches if world > 1 else max(min(self.mini_batches, n), 1))
+            for mb_idx in chunks:
+                local_tokens = mask[mb_idx].sum() if n else torch.zeros((), device=self.device)
+                local_seqs = (mask[mb_idx].sum(-1) > 0).sum().float() if n else torch.zeros((), device=self.device)
+                global_tokens = self._reduce_sum(local_tokens)
+                global_seqs = self._reduce_sum(local_seqs)
+                if float(global_tokens) == 0:  # the same on every rank
+                    continue
+                micros = list(micro_batches(data, mb_idx, self.micro_token_budget)) if len(mb_idx) else []
+                count = self._uniform_count(len(micros))
                 opt.zero_grad(set_to_none=True)
                 mb_metrics: dict[str, float] = defaultdict(float)
                 finite = True
-                for micro in micro_batches(data, mb_idx, self.micro_token_budget):
-                    log_prob, entropy = forward_log_probs(self.policy, micro, self.temperature, with_entropy=True)
-                    old = micro["old_log_probs"] if "old_log_probs" in micro and not on_policy else log_prob.detach()
-                    loss, m = objective_lib.actor_loss(
-                        log_prob,
-                        old,
-                        micro["advantages"],
-                        micro["response_mask"],
-                        self.objective,
-                        ref_log_prob=micro.get("ref_log_probs"),
-                        rollout_log_prob=micro["rollout_log_probs"],
-                        entropy=entropy,
-                        global_tokens=global_tokens,
-                        global_seqs=global_seqs,
-                    )
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    # normalisers are global over ranks while DDP averages gradients: undo the mean
-                    self.manual_backward(loss * self._world_size())
-                    stats = diagnostics.is_stats(
-                        log_prob.detach(), old, micro["advantages"], micro["response_mask"],
-                        self.objective.loss.clip_ratio_low, self.objective.loss.clip_ratio_high,
-                    )
-                    m = {**m, **{f"is/{k}": v for k, v in stats.items()}}
-                    # pg/kl/entropy come as this micro-batch's share of the mini-batch value;
-                    # rates (clipfrac, ppo_kl, ...) are local means, weighted by token share
-                    share = float(micro["response_mask"].sum() / global_tokens.clamp_min(1))
-                    for k, v in m.items():
-                        mb_metrics[k] += float(v) * (1.0 if k in _ADDITIVE_METRICS else share)
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip) if finite else torch.tensor(float("nan"))
+                for j in range(count):
+                    with self._backward_sync(last=j == count - 1):
+                        micro = micros[j] if j < len(micros) else None
+                        loss = None
+                        if micro is not None:
+                            loss, m = self._micro_loss(micro, on_policy, global_tokens, global_seqs)
+                            if not torch.isfinite(loss):
+                                finite, loss = False, None
+                            else:
+                                for k, v in m.items():
+                                    mb_metrics[k] += v
+                        if loss is None:  # padding, or a non-finite loss replaced by a zero loss
+                            loss = self._dummy_logits(self.policy).float().sum() * 0.0
+                        # normalisers are global over ranks while DDP/FSDP average gradients: undo the mean
+                        self.manual_backward(loss * world)
+                finite = not self._any_rank(not finite)
+                grad_norm = self._clip_grad_norm(params) if finite else torch.tensor(float("nan"))
                 if not finite or not torch.isfinite(grad_norm):
                     opt.zero_grad(set_to_none=True)
                     self.skipped_steps += 1
@@ -239,27 +323,79 @@ class AgenticRLModule(LightningModule):
                 mb_metrics["grad_norm"] = float(grad_norm)
                 for k, v in mb_metrics.items():
                     sums[k] += v
-        return {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
+        out = {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
+        if spec is not None:  # shares of the global value add up over ranks; the norm is global
+            spec.update({k: ("same" if k == "actor/grad_norm" else "sum") for k in out})
+        return out
+
+    def _micro_loss(self, micro: dict[str, torch.Tensor], on_policy: bool, global_tokens, global_seqs):
+        """The loss of one micro-batch (its share of the mini-batch loss) and its metric shares."""
+        log_prob, entropy = forward_log_probs(self.policy, micro, self.temperature, with_entropy=True)
+        old = micro["old_log_probs"] if "old_log_probs" in micro and not on_policy else log_prob.detach()
+        loss, m = objective_lib.actor_loss(
+            log_prob,
+            old,
+            micro["advantages"],
+            micro["response_mask"],
+            self.objective,
+            ref_log_prob=micro.get("ref_log_probs"),
+            rollout_log_prob=micro["rollout_log_probs"],
+            entropy=entropy,
+            global_tokens=global_tokens,
+            global_seqs=global_seqs,
+        )
+        stats = diagnostics.is_stats(
+            log_prob.detach(), old, micro["advantages"], micro["response_mask"],
+            self.objective.loss.clip_ratio_low, self.objective.loss.clip_ratio_high,
+        )
+        m = {**m, **{f"is/{k}": v for k, v in stats.items()}}
+        # pg/kl/entropy come as this micro-batch's share of the mini-batch value; rates
+        # (clipfrac, ppo_kl, ...) are local means, weighted by token share of the global batch
+        share = float(micro["response_mask"].sum() / global_tokens.clamp_min(1))
+        return loss, {k: float(v) * (1.0 if k in _ADDITIVE_METRICS else share) for k, v in m.items()}
+
+    def _reduce_metrics(self, metrics: dict[str, float], spec: dict[str, Any]) -> dict[str, float]:
+        """Combine every rank's metrics into global values (identity on one process).
+
+        ``spec[key]``: ``"sum"`` (shares and totals), ``"max"``, ``"same"`` (equal on all ranks),
+        a number (weight of a weighted mean: episodes, turns, tokens); other keys: plain mean.
+        A key missing on some rank combines over the ranks that have it.
+        """
+        if self._world_size() <= 1:
+            return metrics
+        gathered = dist_utils.all_gather_object((metrics, spec))
+        keys: list[str] = []
+        for m, _ in gathered:
+            keys.extend(k for k in m if k not in keys)
+        out: dict[str, float] = {}
+        for key in keys:
+            entries = [(float(m[key]), s.get(key)) for m, s in gathered if key in m]
+            rule = entries[0][1]
+            values = [v for v, _ in entries]
+            if rule == "sum":
+                out[key] = sum(values)
+            elif rule == "max":
+                out[key] = max(values)
+            elif rule == "same":
+                out[key] = values[0]
+            elif isinstance(rule, (int, float)) and not isinstance(rule, bool):
+                weights = [float(w) if isinstance(w, (int, float)) else 0.0 for _, w in entries]
+                total = sum(weights)
+                out[key] = sum(v * w for v, w in zip(values, weights)) / total if total > 0 else sum(values) / len(values)
+            else:
+                out[key] = sum(values) / len(values)
+        return out
 
     def _log_at_iteration(self, metrics: dict[str, float]) -> None:
         """Send metrics to the loggers with the RL iteration as the x-axis.
 
         Validation before the first update is logged at step 0 (the BC result), iteration k at k.
-        Loggers write on rank 0 only: ``val/*`` are global (torchmetrics), but training-time
-        ``rollout/*``, ``actor/*`` and ``is/*`` values are rank 0's own under DDP. The ``is/``
-        quantiles are averaged over micro-batches weighted by token share, not exact quantiles.
+        Loggers write on rank 0 only; the values are global over ranks (see :meth:`_reduce_metrics`;
+        ``val/*`` are torchmetrics). The ``is/`` quantiles are averaged over micro-batches
+        weighted by token share, not exact quantiles.
         """
         for logger in self.loggers:
             logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=self.iteration)
-
-    def _world_size(self) -> int:
-        return self.trainer.world_size if self._trainer is not None else 1
-
-    def _reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
-        """Sum over data-parallel ranks (identity on one process)."""
-        if self._world_size() > 1:
-            return self.trainer.strategy.reduce(value.float(), reduce_op="sum")
-        return value.float()
 
     # ----------------------------------------------------------------------- validation
     def validation_step(self, batch, batch_idx: int):
@@ -277,18 +413,28 @@ class AgenticRLModule(LightningModule):
             "val/return_mean": self.val_return.compute(),
             "val/valid_action_ratio": self.val_valid.compute(),
         }
-        self.log_dict(values, on_step=False, on_epoch=True, logger=False)  # for checkpoint monitors
+        # for checkpoint monitors; the values are global already (sync_dist averages equal values)
+        self.log_dict(values, on_step=False, on_epoch=True, logger=False, sync_dist=True)
         self.last_val = {k: float(v) for k, v in values.items()}
+        self.last_val_iteration = self.iteration
         self._log_at_iteration(self.last_val)
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
 
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["arl"] = {"iteration": self.iteration, "skipped_steps": self.skipped_steps}
+        checkpoint["arl"] = {
+            "iteration": self.iteration,
+            "skipped_steps": self.skipped_steps,
+            "last_val": dict(getattr(self, "last_val", None) or {}),
+            "last_val_iteration": getattr(self, "last_val_iteration", None),
+        }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         state = checkpoint.get("arl", {})
         self.iteration = state.get("iteration", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
+        if state.get("last_val"):
+            self.last_val = dict(state["last_val"])
+            self.last_val_iteration = state.get("last_val_iteration")
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from lightning import LightningModule
 
 from arl.modules.forward import forward_log_probs
+from arl.utils.fsdp import fully_shard_model
 
 
 class BehaviourCloningModule(LightningModule):
@@ -17,15 +18,30 @@ class BehaviourCloningModule(LightningModule):
         policy: the causal LM.
         optimizer: a partial optimiser taking ``params``.
         warmup_steps: linear warm-up, then cosine decay to ``min_lr_ratio`` over ``total_steps``.
+        sharding: ``trainer.sharding`` for the FSDP2 lane (``ModelParallelStrategy``).
     """
 
-    def __init__(self, policy, optimizer: Callable, warmup_steps: int = 0, total_steps: int = 1000, min_lr_ratio: float = 0.1):
+    def __init__(
+        self, policy, optimizer: Callable, warmup_steps: int = 0, total_steps: int = 1000, min_lr_ratio: float = 0.1,
+        sharding: dict[str, Any] | None = None,
+    ):
         super().__init__()
         self.policy = policy
+        self.sharding = dict(sharding) if sharding else None
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
         self.total_steps = max(total_steps, 1)
         self.min_lr_ratio = min_lr_ratio
+
+    def configure_model(self) -> None:
+        """FSDP2 (``ModelParallelStrategy``): shard the policy on the data-parallel mesh."""
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if type(strategy).__name__ != "ModelParallelStrategy":
+            return
+        if not self.sharding:
+            raise ValueError("ModelParallelStrategy needs trainer.sharding.layer_cls (the transformer block class to shard)")
+        names = self.device_mesh.mesh_dim_names or ()
+        fully_shard_model(self.policy, self.sharding, self.device_mesh["data_parallel"] if "data_parallel" in names else self.device_mesh)
 
     def configure_optimizers(self):
         opt = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])

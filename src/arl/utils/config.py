@@ -66,6 +66,8 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     rl = c["rl"]
     for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
         _positive(f"rl.{key}", rl[key])
+    _positive("rl.ckpt_every", rl.get("ckpt_every", 1), 0)
+    _validate_scale(c)
     if rl["grad_clip"] <= 0:
         raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
     if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
@@ -74,3 +76,26 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     if bc["enabled"]:
         for key in ("episodes", "epochs", "batch_size"):
             _positive(f"bc.{key}", bc[key])
+
+
+def _validate_scale(c: dict[str, Any]) -> None:
+    """Trainer strategy and collapse-detector settings (docs/training.md)."""
+    from arl.utils.fsdp import is_sharded
+
+    trainer = c.get("trainer") or {}
+    if is_sharded(trainer):
+        layer_cls = (trainer.get("sharding") or {}).get("layer_cls")
+        if not isinstance(layer_cls, list) or not layer_cls or not all(isinstance(n, str) and n for n in layer_cls):
+            raise ConfigError(
+                f"trainer.sharding.layer_cls={layer_cls!r} must be a non-empty list of transformer block class names "
+                "(e.g. [Qwen3DecoderLayer])"
+            )
+    collapse = (c.get("callbacks") or {}).get("collapse") or {}
+    if collapse:
+        from arl.callbacks.collapse import ACTIONS
+
+        _choice("callbacks.collapse.action", collapse.get("action", "log"), ACTIONS)
+        for key in ("grad_norm_factor", "kl_threshold", "valid_drop"):
+            value = collapse.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")

@@ -1,0 +1,184 @@
+"""Sharding helpers: block classes by name, FSDP2 ``fully_shard``, full-state gathers.
+
+The trainer configs name the transformer block class in YAML (``sharding.layer_cls:
+[Qwen3DecoderLayer]``); :func:`resolve_layer_classes` turns the names into classes by looking in
+the model itself (so any architecture works without an import path), and fails at start-up with
+the classes the model does have.
+
+Two sharded lanes share these helpers:
+
+* ``trainer=fsdp`` - Lightning ``FSDPStrategy`` (FSDP1, GPU only): the names become its
+  ``auto_wrap_policy`` / ``activation_checkpointing_policy`` (see :func:`strategy_kwargs`).
+* ``trainer=fsdp2`` / ``trainer=fsdp2_cpu`` - Lightning ``ModelParallelStrategy`` (FSDP2): the
+  LightningModule's ``configure_model`` calls :func:`fully_shard_model` on the data-parallel mesh.
+
+In both, the rollout engine keeps its own unsharded copy of the policy, refreshed by
+:func:`full_state_dict` (a collective) after every update; the HF export reads that copy too.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import torch
+from torch import nn
+
+SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy")
+
+
+class ShardingConfigError(ValueError):
+    """A sharding setting does not fit the model (names the key and the valid choices)."""
+
+
+def strategy_name(trainer_cfg: Mapping[str, Any] | None) -> str:
+    """The class name of ``trainer.strategy`` (a ``_target_`` node or a string), '' if unset."""
+    if not trainer_cfg:
+        return ""
+    strategy = trainer_cfg.get("strategy")
+    if isinstance(strategy, Mapping):
+        return str(strategy.get("_target_", "")).rsplit(".", 1)[-1]
+    return str(strategy or "")
+
+
+def is_sharded(trainer_cfg: Mapping[str, Any] | None) -> bool:
+    """Whether the trainer config shards the model (FSDP1 or FSDP2)."""
+    return strategy_name(trainer_cfg) in SHARDED_STRATEGIES or strategy_name(trainer_cfg).startswith("fsdp")
+
+
+def block_class_names(model: nn.Module) -> list[str]:
+    """Names of the repeated sub-module classes of ``model`` (the candidates for wrapping)."""
+    counts: dict[str, int] = {}
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList):
+            for child in m:
+                counts[type(child).__name__] = counts.get(type(child).__name__, 0) + 1
+    return sorted(counts)
+
+
+def resolve_layer_classes(names: Iterable[str], model: nn.Module) -> tuple[type, ...]:
+    """Classes of ``model``'s sub-modules named ``names`` (a dotted import path also works)."""
+    found: dict[str, type] = {}
+    wanted = [str(n) for n in names]
+    for m in model.modules():
+        cls = type(m)
+        if cls.__name__ in wanted:
+            found.setdefault(cls.__name__, cls)
+    missing = [n for n in wanted if n not in found]
+    for name in list(missing):
+        if "." in name:
+            import importlib
+
+            module_name, _, attr = name.rpartition(".")
+            try:
+                found[name] = getattr(importlib.import_module(module_name), attr)
+                missing.remove(name)
+            except (ImportError, AttributeError):
+                pass
+    if missing:
+        raise ShardingConfigError(
+            f"trainer.sharding.layer_cls: {', '.join(missing)} is not a module class of {type(model).__name__}; "
+            f"its block classes are: {', '.join(block_class_names(model)) or '(none found)'}"
+        )
+    if not wanted:
+        raise ShardingConfigError("trainer.sharding.layer_cls is empty; name the transformer block class")
+    return tuple(found[n] for n in wanted)
+
+
+def strategy_kwargs(strategy_cfg: Mapping[str, Any], sharding: Mapping[str, Any], model: nn.Module) -> dict[str, Any]:
+    """Keyword arguments that complete a Lightning ``FSDPStrategy`` from ``trainer.sharding``."""
+    classes = set(resolve_layer_classes(sharding.get("layer_cls") or [], model))
+    # the policy class itself is a unit too: every policy forward is then an FSDP forward with its
+    # own backward hooks, which is what manual optimisation (several backwards per step) needs
+    classes.add(type(model))
+    kwargs: dict[str, Any] = {"auto_wrap_policy": classes}
+    if sharding.get("activation_checkpointing"):
+        kwargs["activation_checkpointing_policy"] = set(resolve_layer_classes(sharding["layer_cls"], model))
+    return kwargs
+
+
+def is_fsdp2(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def fully_shard_model(model: nn.Module, sharding: Mapping[str, Any], mesh) -> nn.Module:
+    """FSDP2: shard every block of ``sharding.layer_cls``, then the whole model (idempotent).
+
+    ``sharding`` keys: ``layer_cls`` (names), ``activation_checkpointing`` (bool: wrap each block
+    in a non-reentrant checkpoint), ``reshard_after_forward`` (bool, default True),
+    ``mixed_precision`` (null | bf16 | fp16: parameter dtype in forward/backward, fp32 reduce).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if is_fsdp2(model):
+        return model
+    classes = resolve_layer_classes(sharding.get("layer_cls") or [], model)
+    if sharding.get("activation_checkpointing"):
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl,
+            apply_activation_checkpointing,
+            checkpoint_wrapper,
+        )
+
+        apply_activation_checkpointing(
+            model,
+            checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, classes),
+        )
+    kwargs: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": bool(sharding.get("reshard_after_forward", True))}
+    dtype = sharding.get("mixed_precision")
+    if dtype:
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)), reduce_dtype=torch.float32)
+    for m in list(model.modules()):
+        if isinstance(m, classes):
+            fully_shard(m, **kwargs)
+    fully_shard(model, **kwargs)
+    return model
+
+
+def _has_dtensor(module: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in module.parameters())
+
+
+def full_state_dict(policy: nn.Module, root: nn.Module | None = None, prefix: str = "policy.") -> dict[str, torch.Tensor]:
+    """The unsharded weights of ``policy`` on every rank (a collective under FSDP).
+
+    Args:
+        policy: the policy sub-module (FSDP2-sharded, FSDP1-wrapped inside ``root``, or plain).
+        root: the strategy's wrapped model; needed for FSDP1, where the policy's parameters are
+            views into flat parameters owned by the wrapper.
+        prefix: the policy's prefix inside ``root``.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    if _has_dtensor(policy):  # FSDP2
+        sd = get_model_state_dict(policy, options=options)
+    elif root is not None and _is_fsdp1(root):
+        sd = get_model_state_dict(root, options=options)
+        sd = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
+    else:
+        return {k: v.detach() for k, v in policy.state_dict().items()}
+    return {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu() for k, v in sd.items()}
+
+
+def _is_fsdp1(module: nn.Module) -> bool:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(module, FullyShardedDataParallel) or any(isinstance(m, FullyShardedDataParallel) for m in module.modules())
+
+
+class GatheredWeights:
+    """A stand-in for the policy module whose ``state_dict()`` is a gathered full state dict.
+
+    Rollout engines sync from ``policy.state_dict()``; under sharding they get this instead.
+    """
+
+    def __init__(self, state: dict[str, torch.Tensor]):
+        self._state = state
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self._state

@@ -1,0 +1,100 @@
+"""Resume after a SIGKILL continues exactly: 4 iterations straight == 2 + kill + resume to 4
+(same final weights, same metrics, continuous TensorBoard curves), on CPU."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import scale_helpers as sh
+from arl_testing import ROOT, compose
+
+OVERRIDES = [
+    "debug=smoke", "bc.enabled=false", "rl.iterations=4", "rl.val_every=2", "rollout.val_episodes=2",
+    "rollout.max_new_tokens=8", "env.max_turns=2", "algo.filter.name=none",
+]
+EXACT = 1e-6
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of one TensorBoard version folder, as TensorBoard shows it (purges applied)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "policy_hf" / "model.safetensors"))
+
+
+def _cli(args: list[str], log_dir: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = sh.subprocess_env()
+    return subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), *OVERRIDES, "task_name=resume", f"paths.log_dir={log_dir}", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_path):
+    from arl.pipeline import train
+
+    straight_dir = tmp_path_factory.mktemp("straight")
+    with sh.one_thread():  # as the subprocesses: the same float arithmetic, bit for bit
+        train(compose(OVERRIDES, output_dir=str(straight_dir)))
+
+    log_dir = tmp_path_factory.mktemp("killed")
+    killed = _cli(["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"], log_dir)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (run_dir,) = (log_dir / "resume" / "runs").iterdir()
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    resumed = _cli(["ckpt_path=last"], log_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return straight_dir, run_dir, ckpt, resumed
+
+
+def test_checkpoint_holds_everything(runs):
+    _, _, ckpt, _ = runs
+    assert ckpt["arl"]["iteration"] == 2  # the kill came in iteration 3, before its checkpoint
+    assert any(k.startswith("policy.") for k in ckpt["state_dict"])
+    assert any(k.startswith("reference.") for k in ckpt["state_dict"])
+    assert ckpt["optimizer_states"][0]["state"] and ckpt["lr_schedulers"]
+    assert ckpt["loops"]["fit_loop"]["epoch_loop.batch_progress"]["total"]["completed"] == 2
+    dm = ckpt["RolloutDataModule"]  # Lightning called the DataModule's state_dict
+    assert dm["iteration"] == 2 and dm["seed"] == 42
+    assert len(dm["rng"]) == 1 and {"python", "numpy", "torch"} <= set(dm["rng"][0])
+
+
+def test_resume_gives_the_straight_run(runs):
+    straight_dir, run_dir, _, resumed = runs
+    assert "resuming from" in resumed.stdout and str(run_dir) in resumed.stdout
+    a, b = _weights(straight_dir), _weights(run_dir)
+    diff = max(float((a[k] - b[k]).abs().max()) for k in a)
+    print(f"resume: max |weight diff| straight vs kill+resume = {diff:.2e}")
+    assert a.keys() == b.keys() and diff <= EXACT
+
+
+def test_tensorboard_curves_are_continuous(runs):
+    straight_dir, run_dir, _, _ = runs
+    straight = _scalars(straight_dir / "tensorboard" / "rl")
+    resumed = _scalars(run_dir / "tensorboard" / "rl")
+    assert straight.keys() == resumed.keys()
+    for tag, points in resumed.items():
+        steps = [s for s, _ in points]
+        assert steps == sorted(set(steps)), (tag, steps)  # no duplicated step after the resume
+        assert steps == [s for s, _ in straight[tag]], (tag, steps)  # and none missing
+    assert [s for s, _ in resumed["actor/pg_loss"]] == [1, 2, 3, 4]
+    assert [s for s, _ in resumed["val/success_rate"]] == [0, 2, 4]
+    # iteration 3 after the resume rolled out the same tasks with the same samples
+    for tag in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "rollout/return_mean", "rollout/response_len_mean", "adv/std"):
+        for (s1, v1), (s2, v2) in zip(straight[tag], resumed[tag]):
+            assert s1 == s2 and abs(v1 - v2) <= EXACT, (tag, s1, v1, v2)

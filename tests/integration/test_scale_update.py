@@ -1,0 +1,149 @@
+"""One optimiser step does not depend on how the mini-batch is split: micro-batches (token budget),
+DDP ranks, FSDP2 shards (DESIGN sections 4-5). And a non-finite loss is skipped, never applied."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import scale_helpers as sh
+from arl_testing import ROOT, compose
+
+TOL = 1e-6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    with sh.one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def episodes(tiny_path, _one_thread):
+    return sh.make_episodes(compose(sh.UPDATE_OVERRIDES), n_groups=4, group_size=2)
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    worst = 0.0
+    for k in a:
+        if a[k] is None or b[k] is None:
+            assert a[k] is None and b[k] is None, k
+            continue
+        worst = max(worst, float((a[k].float() - b[k].float()).abs().max()))
+    return worst
+
+
+def _budgets(episodes, tok_pad: int = 0) -> list[int]:
+    """Token budgets giving about 1, 2 and 4 micro-batches of the collated samples."""
+    from arl.agent.samples import build_samples, collate_tokens
+
+    samples, _ = build_samples(episodes, "turn")
+    data = collate_tokens(samples, tok_pad)
+    n, width = data["input_ids"].shape
+    return [n * width * 4, math.ceil(n / 2) * width, math.ceil(n / 4) * width]
+
+
+@pytest.fixture(scope="module")
+def single_results(episodes):
+    """One update per budget (1 process) and the micro-batch counts each produced."""
+    import arl.modules.rl_module as rl_module
+
+    results = []
+    for budget in _budgets(episodes):
+        counts = []
+        original = rl_module.micro_batches
+
+        def spy(batch, idx, token_budget, _orig=original, _counts=counts):
+            out = list(_orig(batch, idx, token_budget))
+            _counts.append(len(out))
+            return iter(out)
+
+        rl_module.micro_batches = spy
+        try:
+            cfg = compose(sh.UPDATE_OVERRIDES + [f"rl.micro_token_budget={budget}"])
+            res = sh.run_update(cfg, episodes)
+        finally:
+            rl_module.micro_batches = original
+        res["micro_counts"] = counts  # scoring passes (old/ref) and the update pass
+        res["budget"] = budget
+        results.append(res)
+    return results
+
+
+def test_micro_batch_split_gives_the_same_step(single_results):
+    base = single_results[0]
+    assert base["skipped_steps"] == 0
+    assert any(g is not None and g.abs().max() > 0 for g in base["grads"].values())
+    update_counts = [r["micro_counts"][-1] for r in single_results]
+    assert update_counts[0] == 1 and len(set(update_counts)) == 3, update_counts  # 1, ~2, ~4 micro-batches
+    for other in single_results[1:]:
+        grad_diff = _max_diff(base["grads"], other["grads"])
+        weight_diff = _max_diff(base["weights"], other["weights"])
+        print(f"budget {other['budget']} ({other['micro_counts'][-1]} micro-batches): max |grad diff| {grad_diff:.2e}, "
+              f"max |weight diff| {weight_diff:.2e}")
+        assert grad_diff < TOL and weight_diff < TOL
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy"):
+            assert abs(base["metrics"][key] - other["metrics"][key]) < TOL, key
+        assert other["metrics"]["actor/grad_norm"] == pytest.approx(base["metrics"]["actor/grad_norm"], rel=1e-5)
+
+
+# the FSDP2 lane is also checked against the DDP lane end to end (test_strategies.py), so its own
+# exactness run is in the slow suite
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
+def test_two_processes_match_one_on_the_union(strategy, episodes, single_results, tmp_path):
+    """2 gloo processes against one process with all the groups: each rank with half of the
+    groups (``even``), and one rank with all of them while the other has none (``last``: it pads
+    every forward/backward with zero-loss passes)."""
+    eps_file, out = tmp_path / "episodes.pt", tmp_path / "result.pt"
+    torch.save(episodes, eps_file)
+    budget = single_results[1]["budget"]  # several micro-batches per rank, too
+    env = sh.subprocess_env()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "scale_helpers.py"), "--episodes", str(eps_file), "--out", str(out),
+         "--strategy", strategy, "--devices", "2", "--splits", "even", "last",
+         "--overrides", f"rl.micro_token_budget={budget}"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    single = single_results[0]
+    for split, result in torch.load(out, weights_only=False).items():
+        grad_diff = _max_diff(single["grads"], result["grads"])
+        weight_diff = _max_diff(single["weights"], result["weights"])
+        print(f"{strategy} x2 ({split} split) vs 1 process: max |grad diff| {grad_diff:.2e}, max |weight diff| {weight_diff:.2e}")
+        assert grad_diff < TOL and weight_diff < TOL, split
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/entropy", "train/samples"):
+            assert abs(single["metrics"][key] - result["metrics"][key]) < TOL, (split, key, single["metrics"][key], result["metrics"][key])
+        # the norm of ~1M fp32 gradients, summed in another order (per shard under FSDP2): relative
+        assert result["metrics"]["actor/grad_norm"] == pytest.approx(single["metrics"]["actor/grad_norm"], rel=1e-5)
+
+
+def test_non_finite_loss_is_skipped_and_counted(episodes):
+    """A NaN reward poisons one group's advantages, hence the loss: the step is skipped, the
+    weights and the optimiser stay bitwise as they were, and actor/skipped_steps counts it."""
+    import copy
+
+    import lightning as L
+
+    from arl.models.loading import load_from_config
+    from arl.pipeline import _container, build_rl_module
+
+    poisoned = copy.deepcopy(episodes)
+    poisoned[0].turns[0].reward = float("nan")
+    cfg = compose(sh.UPDATE_OVERRIDES)
+    model, tok, _ = load_from_config(_container(cfg)["model"])
+    module = build_rl_module(cfg, model, tok)
+    before = {k: v.clone() for k, v in module.policy.state_dict().items()}
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, datamodule=sh.FixedRollouts(poisoned))
+    assert module.skipped_steps == 1 and module.last_metrics["actor/skipped_steps"] == 1.0
+    after = module.policy.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert all(p.grad is None for p in module.policy.parameters())
+    assert not trainer.optimizers[0].state  # no optimiser step was taken
+    assert trainer.global_step == 0

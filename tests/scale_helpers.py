@@ -1,0 +1,213 @@
+"""Helpers of the training-at-scale tests (importable as ``scale_helpers``; subprocesses get
+``tests/`` and ``src/`` on ``PYTHONPATH``).
+
+Run as a script it performs one RL update on fixed episodes under a 2-process Lightning strategy
+and saves the resulting gradients and weights (see :func:`main`)::
+
+    python tests/scale_helpers.py --episodes eps.pt --out result.pt --strategy ddp --splits even last
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning import Callback, LightningDataModule
+from torch.utils.data import DataLoader, IterableDataset
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (str(HERE), str(ROOT / "src")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+# the update tests: on-policy, one optimiser step, the SAMPO objective (gspo + gigpo, KL in loss).
+# Plain SGD (lr 1): the weights after the step differ exactly as the gradients do, whereas Adam's
+# first step g / (|g| + eps) amplifies float noise on gradients near eps (1e-8).
+UPDATE_OVERRIDES = [
+    "bc.enabled=false", "rl.ppo_epochs=1", "rl.mini_batches=1", "rl.grad_clip=1.0e9",
+    "rl.optimizer._target_=torch.optim.SGD", "rl.optimizer.lr=1.0", "~rl.optimizer.weight_decay",
+    "env.max_turns=2", "rollout.max_new_tokens=8", "env.kwargs.prompt_style=compact",
+]
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment of a training subprocess: ``tests/`` and ``src/`` importable, one intra-op thread
+    per process (2-process runs on 2 cores; and bit-identical results between runs)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "src")]), "OMP_NUM_THREADS": "1"}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run in-process training with one intra-op thread (as :func:`subprocess_env` does): on a
+    shared 2-core machine two spinning OpenMP threads can make a run ten times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class KillAt(Callback):
+    """SIGKILL the training process at the end of iteration ``iteration``, after its metrics were
+    logged (and flushed) but before its checkpoint is written: the worst moment for a resume."""
+
+    def __init__(self, iteration: int):
+        self.iteration = int(iteration)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.iteration == self.iteration:
+            for logger in trainer.loggers:
+                logger.save()
+                exp = getattr(logger, "experiment", None)
+                if hasattr(exp, "flush"):
+                    exp.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- fixed rollouts
+def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
+    """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
+    from arl.agent.loop import Task
+    from arl.models.loading import load_from_config
+    from arl.pipeline import _container, build_agent_loop, build_engine, sampling_params
+
+    c = _container(cfg)
+    model, tok, _ = load_from_config(c["model"])
+    loop = build_agent_loop(c, build_engine(c["rollout"], model, tok), tok)
+    torch.manual_seed(seed)
+    try:
+        eps = loop.run([Task(group_id=g, seed=1000 + g) for g in range(n_groups)], group_size, sampling_params(c["rollout"]))
+    finally:
+        loop.close()
+    rng = random.Random(seed)
+    for e in eps:
+        for t in e.turns:
+            t.reward = rng.uniform(-1.0, 1.0)
+    return eps
+
+
+class _Batches(IterableDataset):
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __iter__(self):
+        yield from self.batches
+
+    def __len__(self):
+        return len(self.batches)
+
+
+class FixedRollouts(LightningDataModule):
+    """The same episodes every iteration; under data parallelism rank r takes its contiguous
+    share of the groups (as :class:`RolloutDataModule` does with its seed list)."""
+
+    def __init__(self, episodes, iterations: int = 1, split: str = "even"):
+        super().__init__()
+        self.episodes = episodes
+        self.iterations = iterations
+        self.split = split  # even | last: the last rank gets every group, the others none
+
+    def train_dataloader(self):
+        from arl.datamodules.rollout_datamodule import RolloutBatch, rank_share
+
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        groups = sorted({e.group_id for e in self.episodes})
+        lo, hi = rank_share(len(groups), rank, world)
+        if self.split == "last":
+            lo, hi = (0, len(groups)) if rank == world - 1 else (0, 0)
+        mine = set(groups[lo:hi])
+        eps = [e for e in self.episodes if e.group_id in mine]
+        batches = [RolloutBatch(eps, i) for i in range(self.iterations)]
+        return DataLoader(_Batches(batches), batch_size=None, collate_fn=lambda x: x)
+
+
+class Capture(Callback):
+    """After the first iteration: the policy's gradients and weights (full tensors) and metrics."""
+
+    def __init__(self):
+        self.result: dict[str, Any] | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.result is not None:
+            return
+        from arl.utils.fsdp import full_state_dict
+
+        grads = {}
+        for name, p in pl_module.policy.named_parameters():
+            g = p.grad
+            if g is not None and hasattr(g, "full_tensor"):
+                g = g.full_tensor()
+            grads[name] = None if g is None else g.detach().clone().cpu()
+        weights = {k: v.clone() for k, v in full_state_dict(pl_module.policy, root=trainer.strategy.model).items()}
+        self.result = {"grads": grads, "weights": weights, "metrics": dict(pl_module.last_metrics)}
+
+
+def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: int = 0, split: str = "even") -> dict[str, Any]:
+    """One iteration of the RL module on ``episodes`` through a real Trainer; returns Capture's result."""
+    import lightning as L
+
+    from arl.models.loading import load_from_config
+    from arl.pipeline import _container, build_rl_module, build_strategy
+
+    c = _container(cfg)
+    model, tok, _ = load_from_config(c["model"])
+    model.train()
+    module = build_rl_module(cfg, model, tok)
+    if strategy == "fsdp2":
+        trainer_cfg = {"strategy": {"_target_": "lightning.pytorch.strategies.ModelParallelStrategy"}, "devices": devices}
+        strategy_obj = build_strategy(trainer_cfg)
+        module.sharding = {"layer_cls": ["Qwen3DecoderLayer"]}
+    else:
+        strategy_obj = strategy
+    capture = Capture()
+    trainer = L.Trainer(
+        accelerator="cpu", devices=devices, strategy=strategy_obj, max_epochs=1, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        callbacks=[capture], num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    torch.manual_seed(seed)
+    trainer.fit(module, datamodule=FixedRollouts(episodes, split=split))
+    out = dict(capture.result or {})
+    out["skipped_steps"] = module.skipped_steps
+    out["global_rank"] = trainer.global_rank
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--episodes", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--splits", nargs="*", default=["even"])
+    parser.add_argument("--overrides", nargs="*", default=[])
+    args = parser.parse_args(argv)
+    from arl_testing import compose
+
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    cfg = compose(UPDATE_OVERRIDES + args.overrides)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    # not a Hydra app: Lightning's launcher must re-run this script as it is
+    HydraConfig.instance().cfg = None
+    episodes = torch.load(args.episodes, weights_only=False)
+    results = {}
+    for split in args.splits:  # several Trainers in the same launched processes
+        results[split] = run_update(cfg, episodes, strategy=args.strategy, devices=args.devices, split=split)
+    if results[args.splits[0]]["global_rank"] == 0:
+        torch.save(results, args.out)
+
+
+if __name__ == "__main__":
+    main()
