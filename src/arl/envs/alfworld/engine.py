@@ -180,14 +180,17 @@ class GameEngine:
             return list(pddl._pddl_state.replan(pddl._entity_infos))
 
     def close(self) -> None:
-        """Unload fast-downward's library copy (the engine is unusable afterwards)."""
-        lib = getattr(self.pddl, "downward_lib", None)
-        if lib is not None:
-            try:
-                require_alfworld()["fast_downward"].close_lib(lib)
-            except Exception:  # noqa: BLE001, S110 - unloading is best effort
-                pass
-            self.pddl.downward_lib = None
+        """Drop the game (the engine is unusable afterwards).
+
+        fast-downward's private library copy is deliberately NOT unloaded (``close_lib``): after a
+        ``dlclose`` of a copy that had solved a problem, the interpreter segfaults at exit (seen
+        with the memoised translations: every test passed, then pytest exited with code 139). The
+        library stays mapped until the process ends; engines are pooled (``release_engine``), so
+        only engines beyond the free list are ever closed.
+        """
+        pddl = self.pddl
+        if getattr(pddl, "downward_lib", None) is not None:
+            pddl.downward_lib = None
         self.state = None
 
     @staticmethod
