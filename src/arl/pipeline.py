@@ -346,6 +346,8 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     trainer.strategy.barrier("arl_export")
     results["policy_hf"] = str(hf_dir)
     loop.close()
+    if callable(getattr(engine, "close", None)):
+        engine.close()
     if trainer.is_global_zero:
         _print_summary(results, out_dir)
     metric = c.get("optimized_metric")

@@ -35,6 +35,13 @@ class WeightSync(Callback):
     def on_train_start(self, trainer, pl_module):
         sync_engine(self.engine, trainer, pl_module)
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        """The rollout is done (the batch is here): let an engine with a sleep mode free its
+        accelerator memory for the update; the sync after the update wakes it."""
+        sleep = getattr(self.engine, "sleep", None)
+        if callable(sleep):
+            sleep()
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         t0 = time.perf_counter()
         sync_engine(self.engine, trainer, pl_module)

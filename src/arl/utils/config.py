@@ -51,6 +51,12 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         _choice("env.name", c["env"]["name"], env_names())
     _positive("env.history_window", c["env"].get("history_window", 0), 0)
     _choice("model.name", c["model"]["name"], MODEL_NAMES)
+    from arl.models.config import validate_model_config
+
+    try:
+        validate_model_config(c["model"])
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     r = c["rollout"]
     _choice("rollout.engine", r["engine"], ENGINES)
     for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
