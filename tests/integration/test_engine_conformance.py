@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from arl.agent.samples import TokenSample, collate_tokens
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
@@ -89,27 +90,13 @@ def make_engine(request, tiny):
 
 
 def _batch(prompts, gens) -> dict[str, torch.Tensor]:
-    """Right-padded prompt+response rows as the trainer scores them, and the response mask."""
-    rows = [list(p) + list(g.token_ids) for p, g in zip(prompts, gens)]
-    L = max(map(len, rows))
-    input_ids = torch.zeros(len(rows), L, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    response_mask = torch.zeros(len(rows), L)
-    rollout = torch.zeros(len(rows), L)
-    for i, (p, g) in enumerate(zip(prompts, gens)):
-        n = len(p) + len(g.token_ids)
-        input_ids[i, :n] = torch.tensor(rows[i])
-        attention_mask[i, :n] = 1
-        response_mask[i, len(p) : n] = 1
-        rollout[i, len(p) : n] = torch.tensor(g.log_probs)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp_min(0)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "response_mask": response_mask,
-        "rollout_log_probs": rollout,
-    }
+    """Right-padded prompt+response rows as the trainer scores them (the trainer's own collate)."""
+    samples = [
+        TokenSample(list(p) + list(g.token_ids), [0.0] * len(p) + [1.0] * len(g.token_ids),
+                    [0.0] * len(p) + list(g.log_probs), [-1] * len(p) + [i] * len(g.token_ids), 0, i)
+        for i, (p, g) in enumerate(zip(prompts, gens))
+    ]
+    return collate_tokens(samples, pad_id=0)
 
 
 def _logp_gap(model, prompts, gens, temperature: float) -> float:
