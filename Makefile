@@ -24,8 +24,8 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed ## create .venv and install torch ($(TORCH_SPEC)) then the package
 
-train: install ## run the main job on the embedded default (experiment=sampo_sokoban, tiny model)
-	$(PY) src/train.py $(ARGS)
+train: install ## run the main job on the embedded default (SAMPO on Sokoban, tiny model, CPU)
+	$(PY) src/train.py experiment=sampo_sokoban debug=cpu_small $(ARGS)
 
 smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)

@@ -20,16 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-import numpy as np
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from arl.agent.experts import expert_episodes
 from arl.agent.loop import AgentLoop
 from arl.callbacks import IterationLog, WeightSync
 from arl.callbacks.weight_sync import sync_engine
-from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE, RolloutDataModule
+from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.models.loading import load_from_config, save_hf
 from arl.modules.rl_module import AgenticRLModule
@@ -156,40 +154,102 @@ def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purg
     )
 
 
-def bc_seeds(seed: int, n: int) -> list[int]:
-    """Task seeds for expert data: training-space seeds from their own stream."""
-    rng = np.random.default_rng([int(seed), 2**31 - 1])
-    return [int(s) for s in rng.integers(0, TRAIN_SEED_SPACE, size=n)]
+def _fit_bc_round(cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int) -> tuple[dict | None, int]:
+    """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
 
-
-def run_bc(cfg: DictConfig, model, tokenizer, loop: AgentLoop) -> tuple[dict[str, float], dict | None]:
-    """Behaviour cloning on expert episodes; trains ``model`` in place.
-
-    Returns the BC metrics and, when the trainer shards the model, the gathered full weights (the
-    sharded ``model`` object is not usable outside its strategy any more).
+    Returns the gathered full weights when the trainer shards the model (the sharded ``model``
+    object is not usable outside its strategy any more), and the number of training samples.
     """
     c = _container(cfg)
     bc = c["bc"]
-    t0 = time.perf_counter()
-    episodes = expert_episodes(loop, bc_seeds(c["seed"], int(bc["episodes"])))
-    won = sum(e.won for e in episodes)
-    console.print(f"behaviour cloning: {len(episodes)} expert episodes ({won} won) in {time.perf_counter() - t0:.1f}s")
     dm = SFTDataModule(
-        episodes, tokenizer.pad_token_id, int(bc["batch_size"]), float(bc["val_fraction"]), int(c["seed"]),
-        sample_mode=loop.sample_mode,
+        episodes, pad_id, int(bc["batch_size"]),
+        float(bc["val_fraction"]), int(c["seed"]), keep_failed=True, sample_mode=sample_mode,
     )
-    total = dm.steps_per_epoch * int(bc["epochs"])
     module = BehaviourCloningModule(
-        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=total,
+        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=dm.steps_per_epoch * epochs,
         sharding=c["trainer"].get("sharding"),
     )
     trainer = build_trainer(
-        cfg, "bc", [IterationLog()], model=model, max_epochs=int(bc["epochs"]), enable_checkpointing=False,
+        cfg, "bc", [IterationLog()], model=model, max_epochs=epochs, enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False,
     )
     trainer.fit(module, datamodule=dm)
     gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
-    return {"bc/expert_success": won / max(len(episodes), 1), "bc/samples": float(len(dm.train_samples))}, gathered
+    return gathered, len(dm.train_samples)
+
+
+def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
+    """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping round.
+
+    The data are expert episodes (or ``bc.dataset_path``); with ``bc.bootstrap.enabled`` the
+    cloned policy then samples fresh training tasks, the episodes that pass the return threshold
+    join the data and a second SFT round trains on all of it. The data are saved as
+    ``<run>/bc_dataset.jsonl`` and the policy as ``<run>/bc_policy_hf`` (the RL start for
+    ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
+    the trainer sharded the old one).
+    """
+    from arl.bc import bc_seeds, bootstrap, collect_expert, episodes_of, load_episodes, save_episodes
+    from arl.evaluation import run_validation
+
+    c = _container(cfg)
+    bc, seed = c["bc"], int(c["seed"])
+    engine = loop.engine
+    results: dict[str, Any] = {}
+    if bc.get("val_untrained"):
+        results["bc/val_success_untrained"] = run_validation(loop, c["rollout"])["val/success_rate"]
+        console.print(f"behaviour cloning: the untrained policy succeeds on {results['bc/val_success_untrained']:.3f} of validation")
+
+    def fit(items, epochs: int):
+        nonlocal model
+        t0 = time.perf_counter()
+        gathered, n_samples = _fit_bc_round(cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs)
+        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
+            engine_model.load_state_dict(gathered)
+            model = copy.deepcopy(engine_model)
+        engine.sync(engine_model)  # a no-op for the HF engine, which holds this very module
+        console.print(f"behaviour cloning: {epochs} epoch(s) on {n_samples} samples in {time.perf_counter() - t0:.1f}s")
+        return n_samples
+
+    t0 = time.perf_counter()
+    if bc.get("dataset_path"):
+        items = load_episodes(bc["dataset_path"], tokenizer, loop.sample_mode, loop.env_name)
+        results["bc/dataset_episodes"] = float(len(items))
+        console.print(f"behaviour cloning: {len(items)} episodes from {bc['dataset_path']}")
+    else:
+        items, stats = collect_expert(loop, bc_seeds(seed, int(bc["episodes"])))
+        results.update(stats)
+        console.print(
+            f"behaviour cloning: {int(stats['bc/expert_episodes'])} expert episodes "
+            f"({len(items)} won) in {time.perf_counter() - t0:.1f}s"
+        )
+    if not items:
+        raise RuntimeError("behaviour cloning has no episode to learn from (the expert won none)")
+    results["bc/samples"] = float(fit(items, int(bc["epochs"])))
+
+    boot = bc.get("bootstrap") or {}
+    if boot.get("enabled") and not bc.get("dataset_path"):
+        t0 = time.perf_counter()
+        params = SamplingParams(
+            temperature=float(boot["temperature"]), top_p=float(c["rollout"]["top_p"]), top_k=int(c["rollout"]["top_k"]),
+            max_new_tokens=int(c["rollout"]["max_new_tokens"]), stop=tuple(c["rollout"].get("stop", ["</action>"])),
+        )
+        res = bootstrap(loop, bc_seeds(seed, int(boot["episodes"]), stream=1), params, float(boot["min_return"]),
+                        int(c["rollout"]["val_batch_size"]))
+        results.update({"bc/bootstrap_sampled": float(res.sampled), "bc/bootstrap_success": res.success,
+                        "bc/bootstrap_kept": float(len(res.kept))})
+        console.print(
+            f"self-bootstrapping: {res.sampled} sampled episodes, {res.success:.3f} won, {len(res.kept)} kept "
+            f"(return >= {boot['min_return']}, every turn valid) in {time.perf_counter() - t0:.1f}s"
+        )
+        if res.kept:
+            items = items + res.kept
+            results["bc/samples"] = float(fit(items, int(boot["epochs"])))
+    results["bc/episodes"] = float(len(items))
+    if rank_zero_only.rank == 0:
+        results["bc_dataset"] = str(save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name))
+        results["bc_policy_hf"] = str(save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf"))
+    return results, model
 
 
 def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
@@ -297,14 +357,10 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
 
     if c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None:
-        bc_results, gathered = run_bc(cfg, model, tokenizer, loop)
+        bc_results, model = run_bc(cfg, model, engine_model, tokenizer, loop, out_dir)
         results.update(bc_results)
-        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
-            engine_model.load_state_dict(gathered)
-            model = copy.deepcopy(engine_model)
-        if rank_zero_only.rank == 0:
-            save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf")
-        engine.sync(engine_model)  # a no-op for the HF engine, which holds this very module
+    if not c["rl"].get("enabled", True):  # the BC stage alone (experiment=bc_<env>)
+        return _finish_bc_only(c, results, loop, engine, out_dir)
 
     module = build_rl_module(cfg, model, tokenizer)
     algo, rl, r = c["algo"], c["rl"], c["rollout"]
@@ -352,6 +408,33 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         _print_summary(results, out_dir)
     metric = c.get("optimized_metric")
     results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
+    return results
+
+
+def _finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, engine, out_dir: Path) -> dict[str, Any]:
+    """``rl.enabled=false``: validate the cloned policy, write ``bc_results.json``, summarise."""
+    import json
+
+    from arl.evaluation import run_validation
+
+    val = run_validation(loop, c["rollout"])
+    results["val_after_bc"] = val
+    loop.close()
+    if callable(getattr(engine, "close", None)):
+        engine.close()
+    metric = c.get("optimized_metric")
+    results["optimized_metric"] = val.get(metric) if metric else None
+    if rank_zero_only.rank == 0:
+        (out_dir / "bc_results.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+        rows = []
+        if "bc/val_success_untrained" in results:
+            rows.append(("val success, untrained", f"{results['bc/val_success_untrained']:.3f}"))
+        rows.append(("val success after BC", f"{val.get('val/success_rate', float('nan')):.3f}"))
+        rows.append(("val valid-action ratio", f"{val.get('val/valid_action_ratio', float('nan')):.3f}"))
+        rows.append(("episodes in the dataset", f"{int(results.get('bc/episodes', 0))}"))
+        rows.append(("dataset", results.get("bc_dataset", "-")))
+        rows.append(("policy (model.init_from)", results.get("bc_policy_hf", "-")))
+        console.print(results_table("ARL behaviour cloning summary", rows))
     return results
 
 

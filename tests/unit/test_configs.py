@@ -15,10 +15,84 @@ ALGOS = sorted(p.stem for p in (CONFIG_DIR / "algo").glob("*.yaml") if p.stem !=
 DEBUGS = sorted(p.stem for p in (CONFIG_DIR / "debug").glob("*.yaml"))
 
 
+METHODS = ["grpo", "gspo", "cispo", "sapo", "cispo_seqmask", "sapo_seqmask", "gigpo", "dapo_grpo", "dapo_gigpo", "sampo"]
+ENVS = ["sokoban", "alfworld", "webshop", "math_tool"]
+SEARCHES = sorted(p.stem for p in (CONFIG_DIR / "hparams_search").glob("*.yaml"))
+
+
+def test_the_experiment_matrix_is_complete():
+    expected = {f"{m}_{e}" for m in METHODS for e in ENVS} | {f"bc_{e}" for e in ENVS}
+    assert set(EXPERIMENTS) == expected
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(experiment):
     cfg = compose([f"experiment={experiment}"])
     validate_config(cfg)
+    assert cfg.task_name == experiment
+    method, env = ("bc", experiment[3:]) if experiment.startswith("bc_") else next(
+        (m, experiment[len(m) + 1 :]) for m in sorted(METHODS, key=len, reverse=True) if experiment.startswith(m + "_")
+    )
+    assert cfg.env.name == env
+    if method != "bc":
+        assert cfg.algo.name == method
+    # the paper's GPU scale (DESIGN section 4)
+    assert cfg.model.name == "hf" and cfg.model.path == "Qwen/Qwen3-4B" and cfg.model.dtype == "bfloat16"
+    assert cfg.rollout.engine == "vllm" and cfg.trainer.accelerator == "gpu"
+    assert (cfg.rollout.groups_per_step, cfg.rollout.group_size) == (16, 8)
+    assert cfg.rl.optimizer.lr == 1e-6 and cfg.rl.iterations == 200
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_validates_under_cpu_small(experiment):
+    cfg = compose([f"experiment={experiment}", "debug=cpu_small"])
+    validate_config(cfg)
+    assert cfg.model.name == "tiny" and cfg.model.path is None and cfg.model.dtype == "float32"
+    assert cfg.rollout.engine == "hf" and cfg.trainer.accelerator == "cpu"
+    assert cfg.env.kwargs.prompt_style == "compact"
+    assert cfg.rollout.max_new_tokens == cfg.env.cpu_small.max_new_tokens
+    assert cfg.bc.episodes == cfg.env.cpu_small.bc_episodes
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_cpu_small_undoes_every_gpu_setting(env):
+    """experiment=<m>_<env> debug=cpu_small is exactly algo=<m> env=<env> debug=cpu_small."""
+    from omegaconf import OmegaConf
+
+    def plain(overrides):
+        c = OmegaConf.to_container(compose(overrides, output_dir="/tmp/arl-same"), resolve=True)
+        for key in ("task_name", "tags"):
+            c.pop(key)
+        return c
+
+    assert plain([f"experiment=gigpo_{env}", "debug=cpu_small"]) == plain(["algo=gigpo", f"env={env}", "debug=cpu_small"])
+    assert plain([f"experiment=bc_{env}", "debug=cpu_small", "bc.val_untrained=false", "bc.bootstrap.enabled=false",
+                  "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
+
+
+def test_bc_experiments_stop_after_behaviour_cloning():
+    cfg = compose(["experiment=bc_webshop", "debug=cpu_small"])
+    assert cfg.bc.enabled and cfg.bc.bootstrap.enabled and cfg.bc.val_untrained and not cfg.rl.enabled
+    bad = compose(["experiment=bc_webshop", "bc.enabled=false"])
+    with pytest.raises(ConfigError, match="nothing to do"):
+        validate_config(bad)
+    with pytest.raises(ConfigError, match="bc.bootstrap.temperature"):
+        validate_config(compose(["experiment=bc_webshop", "bc.bootstrap.temperature=0"]))
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_every_hparams_search_is_a_multirun_that_validates(search):
+    from hydra.core.hydra_config import HydraConfig
+
+    cfg = compose(["experiment=sampo_sokoban", "debug=cpu_small", f"hparams_search={search}"], output_dir="/tmp/x")
+    validate_config(cfg)
+    hc = HydraConfig.get()
+    assert str(hc.mode) == "RunMode.MULTIRUN"
+    params = dict(hc.sweeper.params)
+    assert "seed" in params and len(str(params["seed"]).split(",")) >= 2
+    for key, values in params.items():  # every grid point is a valid config
+        for value in str(values).split(","):
+            validate_config(compose(["experiment=sampo_sokoban", "debug=cpu_small", f"{key}={value}"], output_dir="/tmp/x"))
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -33,10 +107,21 @@ def test_every_debug_config_validates(debug):
 
 def test_default_is_sampo_sokoban_on_tiny():
     cfg = compose()
-    assert cfg.task_name == "sampo_sokoban"
     assert cfg.algo.name == "sampo" and cfg.algo.loss.name == "gspo"
     assert cfg.algo.advantage.name == "gigpo" and cfg.algo.filter.name == "dapo"
-    assert cfg.model.name == "tiny" and cfg.env.name == "sokoban"
+    assert cfg.model.name == "tiny" and cfg.env.name == "sokoban" and cfg.trainer.accelerator == "cpu"
+
+
+def test_make_train_is_sampo_sokoban_on_the_cpu():
+    """`make train` = experiment=sampo_sokoban debug=cpu_small: the budgets docs/results.md measured."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "src/train.py experiment=sampo_sokoban debug=cpu_small" in makefile
+    cfg = compose(["experiment=sampo_sokoban", "debug=cpu_small"])
+    assert cfg.task_name == "sampo_sokoban" and cfg.model.name == "tiny" and cfg.rollout.engine == "hf"
+    assert (cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (8, 8, 32)
+    assert (cfg.rl.iterations, cfg.rl.val_every, cfg.rl.optimizer.lr) == (30, 10, 1e-4)
+    assert (cfg.bc.episodes, cfg.bc.epochs, cfg.bc.optimizer.lr) == (1200, 3, 2e-3)
+    assert cfg.rollout.val_episodes == 256 and cfg.env.kwargs.prompt_style == "compact"
 
 
 def test_eval_config_composes():

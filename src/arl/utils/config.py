@@ -79,9 +79,19 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
     bc = c["bc"]
+    if not bc["enabled"] and not rl.get("enabled", True):
+        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
     if bc["enabled"]:
         for key in ("episodes", "epochs", "batch_size"):
             _positive(f"bc.{key}", bc[key])
+        boot = bc.get("bootstrap") or {}
+        if boot.get("enabled"):
+            _positive("bc.bootstrap.episodes", boot["episodes"])
+            _positive("bc.bootstrap.epochs", boot["epochs"])
+            if isinstance(boot["temperature"], bool) or not isinstance(boot["temperature"], (int, float)) or boot["temperature"] <= 0:
+                raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
+            if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
+                raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
 
 
 def _validate_scale(c: dict[str, Any]) -> None:

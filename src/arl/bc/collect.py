@@ -1,0 +1,73 @@
+"""Collecting the behaviour-cloning data: expert episodes, then self-bootstrapped ones.
+
+Self-bootstrapping (rejection sampling, as the paper's BC stage): the current policy plays fresh
+training tasks at the sampling temperature, and an episode joins the dataset when its return
+reaches ``min_return`` and every turn of it parsed (a kept episode never teaches a malformed
+answer). The tokens kept are the very ids the engine sampled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from arl.agent.experts import expert_episodes
+from arl.agent.loop import AgentLoop, Task
+from arl.agent.records import Episode
+from arl.bc.dataset import BCEpisode
+from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE
+from arl.rollout.engine import SamplingParams
+
+
+def bc_seeds(seed: int, n: int, stream: int = 0) -> list[int]:
+    """``n`` training-task seeds of the BC stage; ``stream`` 0 for experts, 1 for bootstrapping."""
+    rng = np.random.default_rng([int(seed), 2**31 - 1 - int(stream)])
+    return [int(s) for s in rng.integers(0, TRAIN_SEED_SPACE, size=n)]
+
+
+def keep_episode(episode: Episode, min_return: float) -> bool:
+    """A self-sampled episode is kept when its return reaches ``min_return`` and all turns parsed."""
+    return (
+        not episode.env_error
+        and bool(episode.turns)
+        and episode.ret >= min_return
+        and all(t.valid and not t.truncated for t in episode.turns)
+    )
+
+
+def collect_expert(loop: AgentLoop, seeds: Sequence[int]) -> tuple[list[BCEpisode], dict[str, float]]:
+    """One expert episode per seed; only won episodes are kept."""
+    episodes = expert_episodes(loop, seeds)
+    kept = [BCEpisode(e, "expert") for e in episodes if e.won]
+    stats = {
+        "bc/expert_episodes": float(len(episodes)),
+        "bc/expert_success": len(kept) / max(len(episodes), 1),
+    }
+    return kept, stats
+
+
+@dataclass
+class BootstrapResult:
+    kept: list[BCEpisode]
+    sampled: int
+    success: float  # share of sampled episodes that won
+    kept_ratio: float
+
+
+def bootstrap(
+    loop: AgentLoop, seeds: Sequence[int], params: SamplingParams, min_return: float, batch_size: int = 64
+) -> BootstrapResult:
+    """Sample one episode per seed with ``loop``'s engine; keep those that pass :func:`keep_episode`."""
+    kept: list[BCEpisode] = []
+    won = 0
+    for start in range(0, len(seeds), batch_size):
+        chunk = seeds[start : start + batch_size]
+        tasks = [Task(group_id=start + i, seed=int(s)) for i, s in enumerate(chunk)]
+        for ep in loop.run(tasks, 1, params, first_episode_id=start):
+            won += ep.won
+            if keep_episode(ep, min_return):
+                kept.append(BCEpisode(ep, "self"))
+    n = len(seeds)
+    return BootstrapResult(kept, n, won / max(n, 1), len(kept) / max(n, 1))

@@ -1,0 +1,81 @@
+"""experiment=bc_<env>: expert data + self-bootstrapping -> dataset file -> SFT -> the RL start.
+
+Real components throughout: the Sokoban env and its solver, the tiny model and tokenizer, the HF
+engine, Lightning Trainers. Budgets are cut so the three runs take well under a minute each.
+"""
+
+import json
+
+import pytest
+
+from arl.bc import load_episodes, read_header
+from arl_testing import compose
+
+SMALL = ["debug=cpu_small", "bc.episodes=80", "bc.epochs=1", "rollout.val_episodes=8", "rollout.max_new_tokens=16"]
+
+
+@pytest.fixture(scope="module")
+def bc_run(tmp_path_factory):
+    from arl.pipeline import train
+
+    out = tmp_path_factory.mktemp("bc")
+    # a near-greedy bootstrap with no return threshold keeps every fully valid episode, so the
+    # self-sampled part of the dataset is not empty even for a weakly cloned policy
+    cfg = compose(["experiment=bc_sokoban", *SMALL, "bc.bootstrap.episodes=16", "bc.bootstrap.temperature=0.05",
+                   "bc.bootstrap.min_return=-100"], output_dir=str(out))
+    return out, train(cfg)
+
+
+def test_bc_stage_writes_dataset_policy_and_results(bc_run, tiny):
+    out, results = bc_run
+    _, tok = tiny
+    assert "val_after_rl" not in results and "iterations_done" not in results  # rl.enabled=false
+    header = read_header(out / "bc_dataset.jsonl")
+    assert header["env"] == "sokoban" and header["sample_mode"] == "turn"
+    assert header["sources"]["expert"] == 80 and header["sources"]["self"] == results["bc/bootstrap_kept"] > 0
+    items = load_episodes(out / "bc_dataset.jsonl", tok, "turn", "sokoban")
+    for item in items:
+        if item.source == "self":  # the engine's sampled ids, every turn valid
+            assert all(t.valid and len(t.response_ids) == len(t.rollout_log_probs) for t in item.episode.turns)
+    assert (out / "bc_policy_hf" / "config.json").exists()
+    saved = json.loads((out / "bc_results.json").read_text())
+    assert saved["bc/val_success_untrained"] == 0.0  # the untrained tiny model never solves a level
+    assert saved["val_after_bc"]["val/valid_action_ratio"] > 0.5
+    assert saved["optimized_metric"] == saved["val_after_bc"]["val/success_rate"]
+    assert (out / "tensorboard" / "bc").is_dir()
+
+
+def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
+    """model.init_from skips BC; the greedy validation before RL replays the BC run's validation."""
+    from arl.pipeline import train
+
+    out, results = bc_run
+    cfg = compose(["experiment=grpo_sokoban", *SMALL, f"model.init_from={out / 'bc_policy_hf'}", "rl.iterations=1",
+                   "rl.val_every=1", "rollout.groups_per_step=2", "rollout.group_size=2"], output_dir=str(tmp_path))
+    rl = train(cfg)
+    assert not any(k.startswith("bc/") for k in rl)
+    assert rl["val_before_rl"]["val/success_rate"] == results["val_after_bc"]["val/success_rate"]
+    assert rl["val_before_rl"]["val/valid_action_ratio"] == results["val_after_bc"]["val/valid_action_ratio"]
+    assert rl["iterations_done"] == 1
+
+
+def test_bc_from_a_saved_dataset_trains_on_its_episodes(bc_run, tmp_path):
+    from arl.pipeline import train
+
+    out, results = bc_run
+    cfg = compose(["experiment=bc_sokoban", *SMALL, f"bc.dataset_path={out / 'bc_dataset.jsonl'}",
+                   "bc.val_untrained=false"], output_dir=str(tmp_path))
+    again = train(cfg)
+    assert again["bc/dataset_episodes"] == again["bc/episodes"] == results["bc/episodes"]
+    assert "bc/bootstrap_sampled" not in again  # a given dataset is used as it is
+    assert read_header(tmp_path / "bc_dataset.jsonl")["sources"] == read_header(out / "bc_dataset.jsonl")["sources"]
+
+
+def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):
+    from arl.pipeline import train
+
+    out, _ = bc_run
+    cfg = compose(["experiment=bc_math_tool", *SMALL, f"bc.dataset_path={out / 'bc_dataset.jsonl'}",
+                   "bc.val_untrained=false"], output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="'sokoban' episodes, the run plays 'math_tool'"):
+        train(cfg)
