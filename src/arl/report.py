@@ -46,6 +46,7 @@ class Run:
     name: str
     overrides: dict[str, str]
     scalars: dict[str, Series] = field(default_factory=dict)
+    common: dict[str, str] = field(default_factory=dict)  # overrides shared by every run of the multirun
 
     @property
     def label(self) -> str:
@@ -54,7 +55,8 @@ class Run:
     @property
     def group(self) -> str:
         """The label without the seed: runs of one setting with different seeds share it."""
-        return ",".join(f"{k}={v}" for k, v in self.overrides.items() if k != "seed") or "(defaults)"
+        return (",".join(f"{k}={v}" for k, v in self.overrides.items() if k != "seed")
+                or ",".join(f"{k}={v}" for k, v in self.common.items()) or "(defaults)")
 
     def final(self, tag: str) -> float | None:
         s = self.scalars.get(tag)
@@ -142,7 +144,19 @@ def find_runs(multirun: Path) -> list[Run]:
         runs.append(Run(sub.name, overrides, read_scalars(sub)))
     if not runs:
         raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
+    common = common_overrides(runs)
+    for r in runs:  # labels show what differs between the runs; the rest is said once
+        r.overrides = {k: v for k, v in r.overrides.items() if k not in common}
+        r.common = common
     return runs
+
+
+def common_overrides(runs: list[Run]) -> dict[str, str]:
+    """The overrides every run shares with the same value (only when there are several runs)."""
+    if len(runs) < 2:
+        return {}
+    first = runs[0].overrides
+    return {k: v for k, v in first.items() if all(r.overrides.get(k) == v for r in runs[1:])}
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -201,6 +215,21 @@ def group_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
+def line_styles(runs: list[Run]) -> dict[str, tuple]:
+    """Run label -> (colour, line style): one colour per setting, one line style per seed."""
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10" if len({r.group for r in runs}) <= 10 else "tab20"].colors
+    dashes = ["-", "--", ":", "-."]
+    groups = list(dict.fromkeys(r.group for r in runs))
+    seen: dict[str, int] = defaultdict(int)
+    out = {}
+    for r in runs:
+        out[r.label] = (palette[groups.index(r.group) % len(palette)], dashes[seen[r.group] % len(dashes)])
+        seen[r.group] += 1
+    return out
+
+
 def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     """One PNG per entry of :data:`PLOTS` that some run has data for; returns the files."""
     import matplotlib
@@ -209,6 +238,7 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    styles = line_styles(runs)
     written = []
     for stem, (title, tags) in PLOTS.items():
         if stem == "kl":
@@ -225,7 +255,9 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
                 series = r.scalars.get(tag)
                 if series:
                     steps, values = zip(*series)
-                    ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3, lw=1.4, label=r.label)
+                    colour, style = styles[r.label]
+                    ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3, lw=1.4, label=r.label,
+                            color=colour, linestyle=style)
             ax.set_title(tag if len(tags) > 1 else title, fontsize=10)
             ax.set_xlabel("iteration")
             ax.grid(alpha=0.3)
@@ -246,12 +278,14 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``)."""
     multirun = Path(multirun)
     runs = find_runs(multirun)
+    common = runs[0].common
     out_dir = Path(out_dir) if out_dir else multirun / "report"
     plots = plot_curves(runs, out_dir)
     parts = [
         f"# Report: {multirun.name}",
         f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
         "(`val/success_rate`); steps to collapse is the first iteration the collapse detector fired.",
+        *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         "## Runs",
         run_table(runs),
         "## Settings (mean ± std over seeds)",

@@ -46,7 +46,8 @@ def test_parse_overrides_keeps_bracketed_commas():
 
 def test_run_table_values(multirun):
     runs = find_runs(multirun)
-    assert [r.label for r in runs] == ["experiment=grpo_sokoban,seed=1", "experiment=grpo_sokoban,seed=2"]
+    # the override every run shares is said once, not in every label
+    assert [r.label for r in runs] == ["seed=1", "seed=2"] and runs[0].common == {"experiment": "grpo_sokoban"}
     r1, r2 = runs
     assert r1.final("val/success_rate") == pytest.approx(0.4) and r1.best("val/success_rate") == pytest.approx(0.5)
     assert r1.steps_to_collapse() == 4 and r2.steps_to_collapse() is None
@@ -55,13 +56,24 @@ def test_run_table_values(multirun):
     table = run_table(runs).splitlines()
     assert table[0] == ("| run | final success | best success | final easy | steps to collapse | peak KL | "
                         "peak grad norm | valid-action ratio |")
-    assert table[2] == "| `experiment=grpo_sokoban,seed=1` | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 |"
-    assert table[3] == "| `experiment=grpo_sokoban,seed=2` | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - |"
+    assert table[2] == "| `seed=1` | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 |"
+    assert table[3] == "| `seed=2` | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - |"
     group = group_table(runs).splitlines()
     # mean and sample std of the final successes 0.4 and 0.6
     std = math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1)
     assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 ± {std:.3f} | 0.550 ± ")
     assert "| 1/2 |" in group[2]
+
+
+def test_labels_keep_what_differs_between_runs(tmp_path):
+    root = tmp_path / "m"
+    for method in ("grpo", "sampo"):
+        for seed in (1, 2):
+            _write_run(root / f"debug=cpu_small,experiment={method}_sokoban,seed={seed}", {"val/success_rate": [(0, 0.1)]})
+    runs = find_runs(root)
+    assert [r.label for r in runs] == [f"experiment={m}_sokoban,seed={s}" for m in ("grpo", "sampo") for s in (1, 2)]
+    assert [r.group for r in runs] == ["experiment=grpo_sokoban"] * 2 + ["experiment=sampo_sokoban"] * 2
+    assert "Every run shares: `debug=cpu_small`." in write_report(root, tmp_path / "out").read_text()
 
 
 def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
