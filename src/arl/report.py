@@ -81,6 +81,10 @@ class Run:
         return sorted(t[len(prefix):] for t in self.scalars if t.startswith(prefix))
 
 
+# overrides that are paths or Hydra settings: they never name a run (configs/hydra/default.yaml)
+PATH_KEYS = ("paths.", "hydra.", "ckpt_path", "model.init_from", "bc.dataset_path")
+
+
 def parse_overrides(name: str) -> dict[str, str]:
     """``"experiment=grpo_sokoban,seed=1"`` -> ordered dict of the overrides (``{}`` for none).
 
@@ -101,7 +105,9 @@ def parse_overrides(name: str) -> dict[str, str]:
     for part in parts:
         if "=" in part:
             key, value = part.split("=", 1)
-            out[key.lstrip("+~")] = value
+            key = key.lstrip("+~")
+            if not key.startswith(PATH_KEYS):
+                out[key] = value
     return out
 
 

@@ -1,4 +1,8 @@
-"""`python src/train.py -m debug=smoke seed=1,2`: two runs in folders named by their overrides."""
+"""Multiruns through the real CLI: folders named by their overrides, one folder per sweep, the report.
+
+The acceptance command of the experiment matrix, with every budget cut to seconds:
+``python src/train.py -m 'experiment=glob(*_sokoban,exclude=bc_*)' debug=cpu_small``.
+"""
 
 import os
 import subprocess
@@ -8,17 +12,41 @@ import pytest
 
 from arl_testing import ROOT
 
+METHODS = ["cispo", "cispo_seqmask", "dapo_gigpo", "dapo_grpo", "gigpo", "grpo", "gspo", "sampo", "sapo", "sapo_seqmask"]
+TINY = ["bc.episodes=40", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.groups_per_step=2",
+        "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=16", "algo.filter.max_rollout_rounds=1"]
+
+
+def _run(args, tmp_path, timeout):
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "ARL_ROOT": str(tmp_path)},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (sweep,) = (tmp_path / "logs" / "multiruns").iterdir()
+    return sweep
+
 
 @pytest.mark.slow
 def test_multirun_folders_named_by_overrides(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "src" / "train.py"), "-m", "debug=smoke", "seed=1,2"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "ARL_ROOT": str(tmp_path)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (sweep,) = (tmp_path / "logs" / "debug" / "multiruns").iterdir()
+    sweep = _run(["-m", "debug=smoke", "seed=1,2"], tmp_path, 900)
     names = sorted(p.name for p in sweep.iterdir() if p.is_dir())
     assert names == ["debug=smoke,seed=1", "debug=smoke,seed=2"]
     for name in names:
         assert (sweep / name / "policy_hf" / "config.json").exists()
         assert any((sweep / name / "tensorboard").rglob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_every_method_on_sokoban_then_the_report(tmp_path):
+    sweep = _run(["-m", "experiment=glob(*_sokoban,exclude=bc_*)", "debug=cpu_small", *TINY], tmp_path, 3000)
+    runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
+    assert [r.split("experiment=")[1].split(",")[0] for r in runs] == [f"{m}_sokoban" for m in METHODS]
+    proc = subprocess.run([sys.executable, str(ROOT / "src" / "report.py"), str(sweep)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (sweep / "report" / "report.md").read_text()
+    for m in METHODS:
+        assert f"`experiment={m}_sokoban`" in text
+    assert "Every run shares: " in text and "debug=cpu_small" in text
+    assert (sweep / "report" / "success.png").stat().st_size > 5000

@@ -42,6 +42,7 @@ def test_parse_overrides_keeps_bracketed_commas():
     assert parse_overrides("experiment=sampo_sokoban,seed=1") == {"experiment": "sampo_sokoban", "seed": "1"}
     assert parse_overrides("algo.x=[1,2],+y=3") == {"algo.x": "[1,2]", "y": "3"}
     assert parse_overrides("plain") == {}
+    assert parse_overrides("model.init_from=/a/b,seed=2,hydra.sweep.dir=x") == {"seed": "2"}  # paths name no run
 
 
 def test_run_table_values(multirun):
