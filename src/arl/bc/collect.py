@@ -8,6 +8,7 @@ answer). The tokens kept are the very ids the engine sampled.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -37,9 +38,22 @@ def keep_episode(episode: Episode, min_return: float) -> bool:
     )
 
 
-def collect_expert(loop: AgentLoop, seeds: Sequence[int]) -> tuple[list[BCEpisode], dict[str, float]]:
-    """One expert episode per seed; only won episodes are kept."""
-    episodes = expert_episodes(loop, seeds)
+def _progress(what: str, done: int, total: int, t0: float) -> None:
+    from arl.utils.logging import console
+
+    console.print(f"{what}: {done}/{total} episodes | {time.perf_counter() - t0:.0f}s")
+
+
+def collect_expert(
+    loop: AgentLoop, seeds: Sequence[int], log_every: int = 200
+) -> tuple[list[BCEpisode], dict[str, float]]:
+    """One expert episode per seed; only won episodes are kept. A log line every ``log_every``."""
+    t0 = time.perf_counter()
+    episodes: list[Episode] = []
+    for start in range(0, len(seeds), log_every):
+        episodes += expert_episodes(loop, seeds[start : start + log_every], group_offset=start)
+        if len(seeds) > log_every:
+            _progress("expert episodes", len(episodes), len(seeds), t0)
     kept = [BCEpisode(e, "expert") for e in episodes if e.won]
     stats = {
         "bc/expert_episodes": float(len(episodes)),
@@ -62,6 +76,7 @@ def bootstrap(
     """Sample one episode per seed with ``loop``'s engine; keep those that pass :func:`keep_episode`."""
     kept: list[BCEpisode] = []
     won = 0
+    t0 = time.perf_counter()
     for start in range(0, len(seeds), batch_size):
         chunk = seeds[start : start + batch_size]
         tasks = [Task(group_id=start + i, seed=int(s)) for i, s in enumerate(chunk)]
@@ -69,5 +84,7 @@ def bootstrap(
             won += ep.won
             if keep_episode(ep, min_return):
                 kept.append(BCEpisode(ep, "self"))
+        if len(seeds) > batch_size:
+            _progress(f"self-bootstrapping ({len(kept)} kept)", start + len(chunk), len(seeds), t0)
     n = len(seeds)
     return BootstrapResult(kept, n, won / max(n, 1), len(kept) / max(n, 1))
