@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-logs/study}
-ITERS=${ITERS:-15}
+ITERS=${ITERS:-10}
 VAL_EVERY=${VAL_EVERY:-5}
 VAL_EPISODES=${VAL_EPISODES:-128}
 METHODS=${METHODS:-grpo,sampo,cispo,cispo_seqmask,sapo,sapo_seqmask,gigpo,dapo_grpo,dapo_gigpo,gspo}
