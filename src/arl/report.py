@@ -62,6 +62,15 @@ class Run:
         s = self.scalars.get(tag)
         return s[-1][1] if s else None
 
+    def first(self, tag: str) -> float | None:
+        s = self.scalars.get(tag)
+        return s[0][1] if s else None
+
+    def gain(self, tag: str = "val/success_rate") -> float | None:
+        """Final minus first value (for validation success: what RL added to its starting point)."""
+        first, final = self.first(tag), self.final(tag)
+        return None if first is None or final is None or len(self.scalars[tag]) < 2 else final - first
+
     def best(self, tag: str) -> float | None:
         s = self.scalars.get(tag)
         return max(v for _, v in s) if s else None
@@ -181,11 +190,12 @@ def run_table(runs: Iterable[Run]) -> str:
     """The per-run markdown table."""
     runs = list(runs)
     types = sorted({t for r in runs for t in r.task_types()})
-    head = ["run", "final success", "best success", *[f"final {t}" for t in types],
+    head = ["run", "start success", "final success", "best success", *[f"final {t}" for t in types],
             "steps to collapse", "peak KL", "peak grad norm", "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in runs:
-        cells = [f"`{r.label}`", _fmt(r.final("val/success_rate")), _fmt(r.best("val/success_rate")),
+        cells = [f"`{r.label}`", _fmt(r.first("val/success_rate")), _fmt(r.final("val/success_rate")),
+                 _fmt(r.best("val/success_rate")),
                  *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
                  _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
                  _fmt(r.final("rollout/valid_action_ratio"))]
@@ -193,12 +203,13 @@ def run_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
-def _mean_std(values: list[float]) -> str:
+def _mean_std(values: list[float], signed: bool = False) -> str:
     if not values:
         return "-"
+    fmt = "+.3f" if signed else ".3f"
     if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+        return f"{values[0]:{fmt}}"
+    return f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):.3f}"
 
 
 def group_table(runs: Iterable[Run]) -> str:
@@ -206,13 +217,15 @@ def group_table(runs: Iterable[Run]) -> str:
     groups: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         groups[r.group].append(r)
-    head = ["setting", "seeds", "final success", "best success", "collapsed", "peak KL", "valid-action ratio"]
+    head = ["setting", "seeds", "final success", "gain over start", "best success", "collapsed", "peak KL",
+            "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for name, members in groups.items():
         def vals(fn):
             return [v for v in (fn(r) for r in members) if v is not None]
 
         cells = [f"`{name}`", str(len(members)), _mean_std(vals(lambda r: r.final("val/success_rate"))),
+                 _mean_std(vals(lambda r: r.gain("val/success_rate")), signed=True),
                  _mean_std(vals(lambda r: r.best("val/success_rate"))),
                  f"{sum(r.steps_to_collapse() is not None for r in members)}/{len(members)}",
                  _mean_std(vals(lambda r: r.peak(kl_tag(r)))),
@@ -280,6 +293,43 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     return written
 
 
+def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
+    """Bar chart of the final validation success per setting (mean over seeds, each seed a dot),
+    with the mean start success as a tick; None when no run validated."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        if r.final("val/success_rate") is not None:
+            groups[r.group].append(r)
+    if not groups:
+        return None
+    names = list(groups)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(names) + 2), 4.2))
+    for i, name in enumerate(names):
+        finals = [r.final("val/success_rate") for r in groups[name]]
+        starts = [r.first("val/success_rate") for r in groups[name]]
+        ax.bar(i, statistics.mean(finals), color="tab:blue", alpha=0.55, width=0.7)
+        ax.scatter([i] * len(finals), finals, color="tab:blue", s=14, zorder=3)
+        ax.hlines(statistics.mean(starts), i - 0.35, i + 0.35, colors="black", linestyles="--", lw=1.2,
+                  label="start (mean)" if i == 0 else None)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels([n.replace("experiment=", "") for n in names], rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("final validation success")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title("final validation success (bar: seed mean, dots: seeds, dashes: start)", fontsize=10)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "success_by_setting.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``)."""
     multirun = Path(multirun)
@@ -287,10 +337,14 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
     common = runs[0].common
     out_dir = Path(out_dir) if out_dir else multirun / "report"
     plots = plot_curves(runs, out_dir)
+    bars = plot_settings(runs, out_dir)
+    if bars is not None:
+        plots.insert(0, bars)
     parts = [
         f"# Report: {multirun.name}",
         f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
-        "(`val/success_rate`); steps to collapse is the first iteration the collapse detector fired.",
+        "(`val/success_rate`); start success is its first validation (before RL), the gain is final minus "
+        "start; steps to collapse is the first iteration the collapse detector fired.",
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         "## Runs",
         run_table(runs),

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -174,7 +173,7 @@ def test_cli_stops_fast_before_loading_a_model(tmp_path, override, must_list):
 
 
 def test_seeds_search_is_a_multirun_over_seeds():
-    cfg = compose(["hparams_search=seeds"], output_dir="/tmp/x")
+    compose(["hparams_search=seeds"], output_dir="/tmp/x")
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()

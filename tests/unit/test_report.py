@@ -55,14 +55,16 @@ def test_run_table_values(multirun):
     assert r1.peak("actor/kl_loss") == pytest.approx(0.5)
     assert r2.peak("actor/grad_norm") == pytest.approx(2.0)  # NaN is not a peak
     table = run_table(runs).splitlines()
-    assert table[0] == ("| run | final success | best success | final easy | steps to collapse | peak KL | "
-                        "peak grad norm | valid-action ratio |")
-    assert table[2] == "| `seed=1` | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 |"
-    assert table[3] == "| `seed=2` | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - |"
+    assert table[0] == ("| run | start success | final success | best success | final easy | steps to collapse | "
+                        "peak KL | peak grad norm | valid-action ratio |")
+    assert table[2] == "| `seed=1` | 0.200 | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 |"
+    assert table[3] == "| `seed=2` | 0.300 | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - |"
+    assert r1.gain() == pytest.approx(0.2) and r2.gain() == pytest.approx(0.3)
     group = group_table(runs).splitlines()
     # mean and sample std of the final successes 0.4 and 0.6
     std = math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1)
-    assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 ± {std:.3f} | 0.550 ± ")
+    gain_std = math.sqrt(((0.2 - 0.25) ** 2 + (0.3 - 0.25) ** 2) / 1)
+    assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 ± {std:.3f} | +0.250 ± {gain_std:.3f} | 0.550 ± ")
     assert "| 1/2 |" in group[2]
 
 
@@ -82,7 +84,8 @@ def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
     path = write_report(multirun, out)
     text = path.read_text()
     assert "## Runs" in text and "![success](success.png)" in text
-    for stem in ("success", "kl", "grad_norm", "clip_fractions", "valid_format"):
+    assert "![success_by_setting](success_by_setting.png)" in text
+    for stem in ("success_by_setting", "success", "kl", "grad_norm", "clip_fractions", "valid_format"):
         assert (out / f"{stem}.png").stat().st_size > 5000
     assert not (out / "masked_seqs.png").exists()  # no run logged it
 
