@@ -79,3 +79,23 @@ def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):
                    "bc.val_untrained=false"], output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="'sokoban' episodes, the run plays 'math_tool'"):
         train(cfg)
+
+
+def test_bc_in_trajectory_mode_keeps_one_stream_per_episode(tmp_path, tiny):
+    """Trajectory samples: the dataset records the mode, and its turns are continuations of one stream."""
+    from arl.pipeline import train
+
+    _, tok = tiny
+    cfg = compose(["experiment=bc_sokoban", *SMALL, "rollout.sample_mode=trajectory", "bc.val_untrained=false",
+                   "bc.bootstrap.enabled=false"], output_dir=str(tmp_path))
+    results = train(cfg)
+    assert read_header(tmp_path / "bc_dataset.jsonl")["sample_mode"] == "trajectory"
+    items = load_episodes(tmp_path / "bc_dataset.jsonl", tok, "trajectory", "sokoban")
+    assert len(items) == results["bc/episodes"] == 80
+    ep = next(i.episode for i in items if len(i.episode.turns) > 1)
+    # one token stream: each turn's context is the previous context, its answer, then the new observation
+    first, second = ep.turns[0], ep.turns[1]
+    stream = first.prompt_ids + first.response_ids
+    assert second.prompt_ids[: len(stream)] == stream and len(second.prompt_ids) > len(stream)
+    with pytest.raises(ValueError, match="sample mode is 'trajectory'"):
+        load_episodes(tmp_path / "bc_dataset.jsonl", tok, "turn", "sokoban")
