@@ -51,6 +51,8 @@ def test_every_experiment_validates_under_cpu_small(experiment):
     assert cfg.env.kwargs.prompt_style == "compact"
     assert cfg.rollout.max_new_tokens == cfg.env.cpu_small.max_new_tokens
     assert cfg.bc.episodes == cfg.env.cpu_small.bc_episodes
+    # the tiny model's tokenizer learns the env's own text
+    assert list(cfg.model.tiny.corpus_envs) == [cfg.env.name] and cfg.model.tiny.vocab_size == cfg.env.cpu_small.vocab_size
 
 
 @pytest.mark.parametrize("env", ENVS)
