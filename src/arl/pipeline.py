@@ -13,6 +13,7 @@ file purges any step after the checkpoint's iteration, so the curves stay contin
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 import warnings
@@ -230,10 +231,7 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
     boot = bc.get("bootstrap") or {}
     if boot.get("enabled") and not bc.get("dataset_path"):
         t0 = time.perf_counter()
-        params = SamplingParams(
-            temperature=float(boot["temperature"]), top_p=float(c["rollout"]["top_p"]), top_k=int(c["rollout"]["top_k"]),
-            max_new_tokens=int(c["rollout"]["max_new_tokens"]), stop=tuple(c["rollout"].get("stop", ["</action>"])),
-        )
+        params = dataclasses.replace(sampling_params(c["rollout"]), temperature=float(boot["temperature"]))
         res = bootstrap(loop, bc_seeds(seed, int(boot["episodes"]), stream=1), params, float(boot["min_return"]),
                         int(c["rollout"]["val_batch_size"]))
         results.update({"bc/bootstrap_sampled": float(res.sampled), "bc/bootstrap_success": res.success,
