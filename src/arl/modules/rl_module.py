@@ -22,7 +22,7 @@ from arl.algos import objective as objective_lib
 from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
 from arl.modules.forward import forward_log_probs
 from arl.utils import distributed as dist_utils
-from arl.utils.fsdp import fully_shard_model
+from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
@@ -104,12 +104,9 @@ class AgenticRLModule(LightningModule):
     # ----------------------------------------------------------------------- distribution
     def configure_model(self) -> None:
         """FSDP2 (``ModelParallelStrategy``): shard policy and reference on the data-parallel mesh."""
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        if type(strategy).__name__ != "ModelParallelStrategy":
+        mesh = data_parallel_mesh(self, self.sharding)
+        if mesh is None:
             return
-        if not self.sharding:
-            raise ValueError("ModelParallelStrategy needs trainer.sharding.layer_cls (the transformer block class to shard)")
-        mesh = self.device_mesh["data_parallel"] if "data_parallel" in (self.device_mesh.mesh_dim_names or ()) else self.device_mesh
         fully_shard_model(self.policy, self.sharding, mesh)
         if self.reference is not None:
             fully_shard_model(self.reference, {**self.sharding, "activation_checkpointing": False}, mesh)

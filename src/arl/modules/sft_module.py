@@ -8,7 +8,7 @@ import torch
 from lightning import LightningModule
 
 from arl.modules.forward import forward_log_probs
-from arl.utils.fsdp import fully_shard_model
+from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 
 class BehaviourCloningModule(LightningModule):
@@ -35,13 +35,9 @@ class BehaviourCloningModule(LightningModule):
 
     def configure_model(self) -> None:
         """FSDP2 (``ModelParallelStrategy``): shard the policy on the data-parallel mesh."""
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        if type(strategy).__name__ != "ModelParallelStrategy":
-            return
-        if not self.sharding:
-            raise ValueError("ModelParallelStrategy needs trainer.sharding.layer_cls (the transformer block class to shard)")
-        names = self.device_mesh.mesh_dim_names or ()
-        fully_shard_model(self.policy, self.sharding, self.device_mesh["data_parallel"] if "data_parallel" in names else self.device_mesh)
+        mesh = data_parallel_mesh(self, self.sharding)
+        if mesh is not None:
+            fully_shard_model(self.policy, self.sharding, mesh)
 
     def configure_optimizers(self):
         opt = self.optimizer_factory(params=[p for p in self.policy.parameters() if p.requires_grad])

@@ -102,6 +102,21 @@ def is_fsdp2(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def data_parallel_mesh(module, sharding: Mapping[str, Any] | None):
+    """The data-parallel device mesh a LightningModule shards on, or None outside FSDP2.
+
+    Called from ``configure_model``: only Lightning's ``ModelParallelStrategy`` (``trainer=fsdp2``)
+    shards there; it needs ``trainer.sharding`` to know the block class.
+    """
+    trainer = module._trainer
+    if trainer is None or type(trainer.strategy).__name__ != "ModelParallelStrategy":
+        return None
+    if not sharding:
+        raise ValueError("ModelParallelStrategy needs trainer.sharding.layer_cls (the transformer block class to shard)")
+    mesh = module.device_mesh
+    return mesh["data_parallel"] if "data_parallel" in (mesh.mesh_dim_names or ()) else mesh
+
+
 def fully_shard_model(model: nn.Module, sharding: Mapping[str, Any], mesh) -> nn.Module:
     """FSDP2: shard every block of ``sharding.layer_cls``, then the whole model (idempotent).
 
