@@ -9,6 +9,11 @@ scalars and reports:
 - peak KL (``actor/kl_loss``; ``actor/ppo_kl`` when no KL term is logged), peak ``actor/grad_norm``;
 - the final ``rollout/valid_action_ratio``.
 
+A behaviour-cloning run (``experiment=bc_<env>``, which a glob such as ``*_sokoban`` also matches)
+has no RL curves; its row reads ``bc_results.json``: start success is the untrained model's, final
+success the cloned policy's, and the valid-action ratio that of its greedy validation. It is left
+out of the plots, whose x axis is the RL iteration.
+
 Runs that differ only in ``seed`` are also summarised together (mean and standard deviation over
 seeds). The plots are the curves the paper shows, one line per run: validation success, KL,
 gradient norm, the four clip fractions (``is/tokens_{above,below}_{pos,neg}``), the valid-format
@@ -47,6 +52,7 @@ class Run:
     overrides: dict[str, str]
     scalars: dict[str, Series] = field(default_factory=dict)
     common: dict[str, str] = field(default_factory=dict)  # overrides shared by every run of the multirun
+    bc_only: bool = False  # a behaviour-cloning run (bc_results.json, no RL curves)
 
     @property
     def label(self) -> str:
@@ -138,6 +144,25 @@ def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
     return {tag: sorted(values.items()) for tag, values in merged.items()}
 
 
+def bc_scalars(results_path: Path) -> dict[str, Series]:
+    """A BC-only run's ``bc_results.json`` as series: ``val/success_rate`` at step 0 (untrained,
+    when it was validated) and step 1 (after BC), the per-type rates and valid-action ratio at 1."""
+    import json
+
+    results = json.loads(Path(results_path).read_text())
+    after = results.get("val_after_bc") or {}
+    out: dict[str, Series] = {}
+    if "val/success_rate" in after:
+        start = results.get("bc/val_success_untrained")
+        out["val/success_rate"] = ([(0, float(start))] if start is not None else []) + [(1, float(after["val/success_rate"]))]
+    for tag, value in after.items():
+        if tag.startswith("val/success_rate/"):
+            out[tag] = [(1, float(value))]
+    if "val/valid_action_ratio" in after:
+        out["rollout/valid_action_ratio"] = [(1, float(after["val/valid_action_ratio"]))]
+    return out
+
+
 def find_runs(multirun: Path) -> list[Run]:
     """The runs under a multirun folder (subfolders with TensorBoard events), sorted by name."""
     multirun = Path(multirun)
@@ -156,7 +181,9 @@ def find_runs(multirun: Path) -> list[Run]:
             parsed = parse_overrides(",".join(str(i) for i in items))
             if parsed:
                 overrides = parsed
-        runs.append(Run(sub.name, overrides, read_scalars(sub)))
+        bc_only = (sub / "bc_results.json").exists() and not (sub / "tensorboard" / "rl").exists()
+        scalars = bc_scalars(sub / "bc_results.json") if bc_only else read_scalars(sub)
+        runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only))
     if not runs:
         raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
     common = common_overrides(runs)
@@ -257,6 +284,7 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [r for r in runs if not r.bc_only]  # their steps are not RL iterations
     styles = line_styles(runs)
     written = []
     for stem, (title, tags) in PLOTS.items():
@@ -345,6 +373,8 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
         f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
         "(`val/success_rate`); start success is its first validation (before RL), the gain is final minus "
         "start; steps to collapse is the first iteration the collapse detector fired.",
+        *([f"{n} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
+           "policy; they are not in the curves." for n in [sum(r.bc_only for r in runs)] if n]),
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         "## Runs",
         run_table(runs),

@@ -79,6 +79,31 @@ def test_labels_keep_what_differs_between_runs(tmp_path):
     assert "Every run shares: `debug=cpu_small`." in write_report(root, tmp_path / "out").read_text()
 
 
+def test_a_bc_run_reports_its_bc_results(multirun, tmp_path):
+    """glob(*_sokoban) also matches bc_sokoban: its row comes from bc_results.json, not from curves."""
+    import json
+    from torch.utils.tensorboard import SummaryWriter
+
+    bc = multirun / "experiment=bc_sokoban,seed=1"
+    writer = SummaryWriter(str(bc / "tensorboard" / "bc"))  # what a BC run logs: SFT losses only
+    writer.add_scalar("bc/loss", 2.0, 0)
+    writer.close()
+    (bc / "bc_results.json").write_text(json.dumps({
+        "bc/val_success_untrained": 0.0,
+        "val_after_bc": {"val/success_rate": 0.45, "val/success_rate/easy": 0.5, "val/valid_action_ratio": 0.97},
+    }))
+    runs = find_runs(multirun)
+    r = next(r for r in runs if r.bc_only)
+    assert r.label == "experiment=bc_sokoban,seed=1"
+    assert r.first("val/success_rate") == 0.0 and r.final("val/success_rate") == pytest.approx(0.45)
+    assert r.gain() == pytest.approx(0.45)
+    row = next(line for line in run_table(runs).splitlines() if "bc_sokoban" in line)
+    assert row == "| `experiment=bc_sokoban,seed=1` | 0.000 | 0.450 | 0.450 | 0.500 | - | - | - | 0.970 |"
+    assert sum(r.bc_only for r in runs) == 1
+    text = write_report(multirun, tmp_path / "out").read_text()
+    assert "bc_sokoban" in text
+
+
 def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
     out = tmp_path / "out"
     path = write_report(multirun, out)
