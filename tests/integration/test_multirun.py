@@ -1,7 +1,8 @@
 """Multiruns through the real CLI: folders named by their overrides, one folder per sweep, the report.
 
 The acceptance command of the experiment matrix, with every budget cut to seconds:
-``python src/train.py -m 'experiment=glob(*_sokoban,exclude=bc_*)' debug=cpu_small``.
+``python src/train.py -m 'experiment=glob(*_sokoban)' debug=cpu_small`` (the ten recipes, and
+``bc_sokoban``, the BC stage alone, which the glob matches too).
 """
 
 import os
@@ -14,7 +15,7 @@ from arl_testing import ROOT
 
 METHODS = ["cispo", "cispo_seqmask", "dapo_gigpo", "dapo_grpo", "gigpo", "grpo", "gspo", "sampo", "sapo", "sapo_seqmask"]
 TINY = ["bc.episodes=40", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.groups_per_step=2",
-        "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=16", "algo.filter.max_rollout_rounds=1"]
+        "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=16", "algo.filter.max_rollout_rounds=1", "bc.bootstrap.episodes=4"]
 
 
 def _run(args, tmp_path, timeout):
@@ -39,14 +40,16 @@ def test_multirun_folders_named_by_overrides(tmp_path):
 
 @pytest.mark.slow
 def test_every_method_on_sokoban_then_the_report(tmp_path):
-    sweep = _run(["-m", "experiment=glob(*_sokoban,exclude=bc_*)", "debug=cpu_small", *TINY], tmp_path, 3000)
+    sweep = _run(["-m", "experiment=glob(*_sokoban)", "debug=cpu_small", *TINY], tmp_path, 3000)
     runs = sorted(p.name for p in sweep.iterdir() if p.is_dir())
-    assert sorted(r.split("experiment=")[1].split(",")[0] for r in runs) == sorted(f"{m}_sokoban" for m in METHODS)
+    assert sorted(r.split("experiment=")[1].split(",")[0] for r in runs) == sorted(f"{m}_sokoban" for m in METHODS + ["bc"])
+    assert (sweep / next(r for r in runs if "bc_sokoban" in r) / "bc_results.json").exists()
     proc = subprocess.run([sys.executable, str(ROOT / "src" / "report.py"), str(sweep)], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = (sweep / "report" / "report.md").read_text()
-    for m in METHODS:
+    for m in METHODS + ["bc"]:
         assert f"`experiment={m}_sokoban`" in text
+    assert "1 behaviour-cloning run(s)" in text
     assert "Every run shares: " in text and "debug=cpu_small" in text
     assert (sweep / "report" / "success.png").stat().st_size > 5000
