@@ -24,6 +24,10 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
+from arl.utils.config import register_resolvers  # noqa: E402 - after the sys.path line
+
+register_resolvers()
+
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval.yaml")
 def main(cfg: DictConfig) -> float:

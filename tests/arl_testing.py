@@ -24,6 +24,10 @@ def compose(overrides: list[str] | None = None, config_name: str = "train.yaml",
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
 
+    from arl.utils.config import register_resolvers
+
+    register_resolvers()
+
     with initialize_config_dir(version_base="1.3", config_dir=str(CONFIG_DIR)):
         cfg = hydra_compose(config_name=config_name, overrides=overrides or [], return_hydra_config=True)
     with open_dict(cfg):

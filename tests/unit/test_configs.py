@@ -181,3 +181,28 @@ def test_seeds_search_is_a_multirun_over_seeds():
     hc = HydraConfig.get()
     assert str(hc.mode) == "RunMode.MULTIRUN"
     assert hc.sweeper.params["seed"] == "1,2,3"
+
+
+def test_long_override_lists_get_a_short_unique_run_folder():
+    from arl.utils.config import short_dirname
+
+    assert short_dirname("experiment=grpo_sokoban,seed=1") == "experiment=grpo_sokoban,seed=1"
+    long_a = ",".join(f"rollout.key_{i}={i}" for i in range(30)) + ",experiment=grpo_sokoban"
+    long_b = long_a.replace("grpo", "sapo")
+    a, b = short_dirname(long_a), short_dirname(long_b)
+    assert len(a.encode()) <= 200 and len(b.encode()) <= 200 and a != b
+    assert a.startswith("rollout.key_0=0,") and a[-11] == "~"
+    assert short_dirname(long_a) == a  # stable: a resumed sweep finds its folders
+    assert short_dirname("é" * 150).encode().decode() and len(short_dirname("é" * 150).encode()) <= 200
+
+
+def test_the_sweep_subdir_goes_through_arl_dirname():
+    """The multirun test (slow) runs it for real; here: the resolver, as the config calls it."""
+    from omegaconf import OmegaConf
+
+    from arl.utils.config import register_resolvers
+
+    register_resolvers()
+    assert "${arl_dirname:${hydra.job.override_dirname}}" in (ROOT / "configs" / "hydra" / "default.yaml").read_text()
+    c = OmegaConf.create({"name": "k=v," * 100, "subdir": "${arl_dirname:${name}}"})
+    assert len(c.subdir.encode()) <= 200 and c.subdir.startswith("k=v,k=v")

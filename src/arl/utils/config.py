@@ -6,6 +6,7 @@ seconds with a message that names the key and the valid choices.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
@@ -13,6 +14,29 @@ from omegaconf import DictConfig, OmegaConf
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 ENGINES = ("hf", "vllm")
 SAMPLE_MODES = ("turn", "trajectory")
+
+
+RUN_DIRNAME_LIMIT = 200  # bytes; file systems allow 255 per name
+
+
+def short_dirname(name: str, limit: int = RUN_DIRNAME_LIMIT) -> str:
+    """A multirun's run-folder name (its overrides) that fits the file system.
+
+    A name of at most ``limit`` bytes is kept as is; a longer one keeps its first bytes and ends in
+    ``~`` and a 10-digit hash of the whole name, so distinct runs keep distinct folders (the
+    report reads a run's exact overrides from ``.hydra/overrides.yaml``, not from the name).
+    """
+    raw = name.encode()
+    if len(raw) <= limit:
+        return name
+    digest = hashlib.sha256(raw).hexdigest()[:10]
+    return raw[: limit - 11].decode(errors="ignore") + "~" + digest
+
+
+def register_resolvers() -> None:
+    """The resolvers the configs use (``arl_dirname`` in ``configs/hydra/default.yaml``)."""
+    if not OmegaConf.has_resolver("arl_dirname"):
+        OmegaConf.register_new_resolver("arl_dirname", short_dirname)
 
 
 class ConfigError(ValueError):
