@@ -363,6 +363,7 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
     multirun = Path(multirun)
     runs = find_runs(multirun)
     common = runs[0].common
+    n_bc = sum(r.bc_only for r in runs)
     out_dir = Path(out_dir) if out_dir else multirun / "report"
     plots = plot_curves(runs, out_dir)
     bars = plot_settings(runs, out_dir)
@@ -373,8 +374,8 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
         f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
         "(`val/success_rate`); start success is its first validation (before RL), the gain is final minus "
         "start; steps to collapse is the first iteration the collapse detector fired.",
-        *([f"{n} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
-           "policy; they are not in the curves." for n in [sum(r.bc_only for r in runs)] if n]),
+        *([f"{n_bc} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
+           "policy; they are not in the curves."] if n_bc else []),
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         "## Runs",
         run_table(runs),
