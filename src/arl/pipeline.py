@@ -155,11 +155,14 @@ def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purg
     )
 
 
-def _fit_bc_round(cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int) -> tuple[dict | None, int]:
+def _fit_bc_round(
+    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int
+) -> tuple[dict | None, int, dict[str, float]]:
     """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
 
     Returns the gathered full weights when the trainer shards the model (the sharded ``model``
-    object is not usable outside its strategy any more), and the number of training samples.
+    object is not usable outside its strategy any more), the number of training samples and the
+    last held-out metrics (``bc/val_*``; empty without held-out episodes).
     """
     c = _container(cfg)
     bc = c["bc"]
@@ -171,13 +174,19 @@ def _fit_bc_round(cfg: DictConfig, model, pad_id: int, episodes: list, sample_mo
         model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=dm.steps_per_epoch * epochs,
         sharding=c["trainer"].get("sharding"),
     )
+    # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
+    # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
+    every = min(int(bc["val_every"]), dm.steps_per_epoch) if bc.get("val_every") else None
     trainer = build_trainer(
         cfg, "bc", [IterationLog()], model=model, max_epochs=epochs, enable_checkpointing=False,
-        num_sanity_val_steps=0, enable_progress_bar=False,
+        num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
     )
     trainer.fit(module, datamodule=dm)
+    if every and dm.val_samples and dm.steps_per_epoch % every:  # score the final policy too
+        trainer.validate(module, datamodule=dm, verbose=False)
     gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
-    return gathered, len(dm.train_samples)
+    held_out = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("bc/val_")}
+    return gathered, len(dm.train_samples), held_out
 
 
 def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
@@ -204,7 +213,10 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
     def fit(items, epochs: int):
         nonlocal model
         t0 = time.perf_counter()
-        gathered, n_samples = _fit_bc_round(cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs)
+        gathered, n_samples, held_out = _fit_bc_round(
+            cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs
+        )
+        results.update(held_out)  # the last round's held-out loss and greedy agreement
         if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
             engine_model.load_state_dict(gathered)
             model = copy.deepcopy(engine_model)

@@ -43,6 +43,9 @@ def test_bc_stage_writes_dataset_policy_and_results(bc_run, tiny):
     assert saved["val_after_bc"]["val/valid_action_ratio"] > 0.5
     assert saved["optimized_metric"] == saved["val_after_bc"]["val/success_rate"]
     assert (out / "tensorboard" / "bc").is_dir()
+    # the held-out episodes' loss and greedy agreement of the final policy
+    assert saved["bc/val_loss"] > 0 and 0 <= saved["bc/val_exact_match"] <= 1
+    assert 0 < saved["bc/val_token_accuracy"] <= 1  # the format tags alone are learnt in one epoch
 
 
 def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
@@ -87,8 +90,15 @@ def test_bc_in_trajectory_mode_keeps_one_stream_per_episode(tmp_path, tiny):
 
     _, tok = tiny
     cfg = compose(["experiment=bc_sokoban", *SMALL, "rollout.sample_mode=trajectory", "bc.val_untrained=false",
-                   "bc.bootstrap.enabled=false"], output_dir=str(tmp_path))
+                   "bc.bootstrap.enabled=false", "bc.val_every=2"], output_dir=str(tmp_path))
     results = train(cfg)
+    # held-out metrics every 2 batches, and once more for the final policy when 2 does not divide the epoch
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = -(-int(results["bc/samples"]) // int(cfg.bc.batch_size))
+    events = EventAccumulator(str(tmp_path / "tensorboard" / "bc"))
+    events.Reload()
+    assert len(events.Scalars("bc/val_exact_match")) == steps // 2 + steps % 2 >= 2
     assert read_header(tmp_path / "bc_dataset.jsonl")["sample_mode"] == "trajectory"
     items = load_episodes(tmp_path / "bc_dataset.jsonl", tok, "trajectory", "sokoban")
     assert len(items) == results["bc/episodes"] == 80

@@ -79,6 +79,8 @@ def test_bc_experiments_stop_after_behaviour_cloning():
         validate_config(bad)
     with pytest.raises(ConfigError, match="bc.bootstrap.temperature"):
         validate_config(compose(["experiment=bc_webshop", "bc.bootstrap.temperature=0"]))
+    with pytest.raises(ConfigError, match=r"bc.val_every=0 must be >= 1"):
+        validate_config(compose(["experiment=bc_webshop", "bc.val_every=0"]))
 
 
 @pytest.mark.parametrize("search", SEARCHES)

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from lightning import LightningModule
 
-from arl.modules.forward import forward_log_probs
+from arl.modules.forward import forward_greedy_hits, forward_log_probs
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 
@@ -66,5 +66,37 @@ class BehaviourCloningModule(LightningModule):
         return loss
 
     def validation_step(self, batch, batch_idx: int):
-        loss, tokens = self._loss(batch)
-        self.log("bc/val_loss", loss, on_epoch=True, batch_size=int(tokens))
+        """Held-out loss, and how much of the held-out answers greedy decoding would reproduce."""
+        log_probs, hits = forward_greedy_hits(self.policy, batch)
+        metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
+        for name, value in metrics.items():
+            if weights[name]:
+                self.log(name, value, on_epoch=True, batch_size=weights[name])
+
+
+def validation_metrics(
+    log_probs: torch.Tensor, hits: torch.Tensor, response_mask: torch.Tensor
+) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+    """BC validation metrics of one batch, with the counts they average over.
+
+    Args:
+        log_probs: (B, L) log-prob of each token; hits: (B, L) bool, the greedy token is this one;
+            response_mask: (B, L), 1 on the response tokens scored.
+    Returns:
+        ``bc/val_loss`` (token-mean negative log-likelihood), ``bc/val_token_accuracy`` (response
+        tokens greedy decoding gets right) and ``bc/val_exact_match`` (samples whose every response
+        token is a hit: greedy decoding from the prompt writes the expert's answer verbatim, the
+        closest a loss gets to greedy success), and for each its weight: response tokens for the
+        first two, samples with a response for the last.
+    """
+    mask = response_mask.bool()
+    tokens = int(mask.sum())
+    scored = mask.any(dim=1)
+    exact = (hits | ~mask).all(dim=1)[scored].float()
+    denom = max(tokens, 1)
+    metrics = {
+        "bc/val_loss": -(log_probs * mask).sum() / denom,
+        "bc/val_token_accuracy": (hits & mask).sum().float() / denom,
+        "bc/val_exact_match": exact.mean() if exact.numel() else exact.new_zeros(()),
+    }
+    return metrics, {"bc/val_loss": tokens, "bc/val_token_accuracy": tokens, "bc/val_exact_match": int(exact.numel())}

@@ -108,6 +108,8 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     if bc["enabled"]:
         for key in ("episodes", "epochs", "batch_size"):
             _positive(f"bc.{key}", bc[key])
+        if bc.get("val_every") is not None:
+            _positive("bc.val_every", bc["val_every"])
         boot = bc.get("bootstrap") or {}
         if boot.get("enabled"):
             _positive("bc.bootstrap.episodes", boot["episodes"])
