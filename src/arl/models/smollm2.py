@@ -16,10 +16,9 @@ import hashlib
 import importlib.util
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 
+from arl.models.folders import save_folder_atomically
 from arl.models.tiny import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -101,25 +100,9 @@ def convert_gguf(gguf_path: Path, out: Path, chat_template: str | None = None, d
     model.hf_quantizer = None
     if hasattr(model, "is_quantized"):
         model.is_quantized = False
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".converting-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "arl_source.json").write_text(
-            json.dumps(
-                {"gguf": str(gguf_path), "size": gguf_path.stat().st_size, "chat_template_from": template_source,
-                 "convert_version": CONVERT_VERSION, "dtype": dtype},
-                indent=2,
-            )
-        )
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    meta = {"gguf": str(gguf_path), "size": gguf_path.stat().st_size, "chat_template_from": template_source,
+            "convert_version": CONVERT_VERSION, "dtype": dtype}
+    return save_folder_atomically(out, model, tokenizer, "arl_source.json", meta, prefix=".converting-")
 
 
 def cached_gguf_folder(gguf_path: Path, prefix: str, cache_dir: str | Path | None = None,

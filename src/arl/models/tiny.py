@@ -17,11 +17,11 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable
+
+from arl.models.folders import save_folder_atomically
 
 log = logging.getLogger(__name__)
 
@@ -157,15 +157,4 @@ def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = No
     root.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
     model = build_model(cfg, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".building-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        (tmp / "arl_tiny.json").write_text(json.dumps(asdict(cfg), indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return save_folder_atomically(out, model, tokenizer, "arl_tiny.json", asdict(cfg), prefix=".building-")
