@@ -32,7 +32,7 @@ def test_validation_metrics_by_hand():
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(1, 4), st.integers(2, 7), st.integers(0, 2**31 - 1))
-def test_exact_match_is_all_hits_and_bounded_by_token_accuracy(batch, length, seed):
+def test_exact_match_is_the_share_of_samples_with_every_response_token_a_hit(batch, length, seed):
     g = torch.Generator().manual_seed(seed)
     hits = torch.rand(batch, length, generator=g) < 0.7
     mask = (torch.rand(batch, length, generator=g) < 0.6).float()
