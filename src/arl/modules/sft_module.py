@@ -52,16 +52,10 @@ class BehaviourCloningModule(LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def _loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        log_probs, _ = forward_log_probs(self.policy, batch)
-        mask = batch["response_mask"]
-        tokens = mask.sum().clamp_min(1)
-        loss = -(log_probs * mask).sum() / tokens
-        return loss, tokens
-
     def training_step(self, batch, batch_idx: int):
-        loss, tokens = self._loss(batch)
-        self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=int(tokens))
+        log_probs, _ = forward_log_probs(self.policy, batch)
+        loss, tokens = response_nll(log_probs, batch["response_mask"])
+        self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1))
         self.log("bc/lr", self.optimizers().param_groups[0]["lr"], on_step=True)
         return loss
 
@@ -72,6 +66,19 @@ class BehaviourCloningModule(LightningModule):
         for name, value in metrics.items():
             if weights[name]:
                 self.log(name, value, on_epoch=True, batch_size=weights[name])
+
+
+def response_nll(log_probs: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Token-mean negative log-likelihood of the response tokens, and their count.
+
+    Args:
+        log_probs: (B, L) log-prob of each token; response_mask: (B, L), 1 on the tokens scored.
+    Returns:
+        the loss (0-dim; 0 without response tokens) and the number of response tokens.
+    """
+    mask = response_mask.float()
+    tokens = int(mask.sum())
+    return -(log_probs * mask).sum() / max(tokens, 1), tokens
 
 
 def validation_metrics(
@@ -89,14 +96,12 @@ def validation_metrics(
         closest a loss gets to greedy success), and for each its weight: response tokens for the
         first two, samples with a response for the last.
     """
+    loss, tokens = response_nll(log_probs, response_mask)
     mask = response_mask.bool()
-    tokens = int(mask.sum())
-    scored = mask.any(dim=1)
-    exact = (hits | ~mask).all(dim=1)[scored].float()
-    denom = max(tokens, 1)
+    exact = (hits | ~mask).all(dim=1)[mask.any(dim=1)].float()
     metrics = {
-        "bc/val_loss": -(log_probs * mask).sum() / denom,
-        "bc/val_token_accuracy": (hits & mask).sum().float() / denom,
+        "bc/val_loss": loss,
+        "bc/val_token_accuracy": (hits & mask).sum().float() / max(tokens, 1),
         "bc/val_exact_match": exact.mean() if exact.numel() else exact.new_zeros(()),
     }
     return metrics, {"bc/val_loss": tokens, "bc/val_token_accuracy": tokens, "bc/val_exact_match": int(exact.numel())}
