@@ -154,7 +154,6 @@ def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = No
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return out
     log.info("building the embedded tiny model in %s", out)
-    root.mkdir(parents=True, exist_ok=True)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
     model = build_model(cfg, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     return save_folder_atomically(out, model, tokenizer, "arl_tiny.json", asdict(cfg), prefix=".building-")
