@@ -61,3 +61,13 @@ class FaultyEnv:
 
     def close(self) -> None:
         pass
+
+
+def where(env: FaultyEnv) -> str:
+    """For ``EnvPool.call`` tests: the env's state and the process it lives in."""
+    return f"{env.seed}:{env.steps}@{os.getpid()}"
+
+
+def broken(env: FaultyEnv) -> str:
+    """For ``EnvPool.call`` tests: a function that fails on every env."""
+    raise ValueError(f"no answer for {env.seed}")

@@ -190,16 +190,19 @@ def _fit_bc_round(
 
 
 def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
-    """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping round.
+    """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping and DAgger.
 
-    The data are expert episodes (or ``bc.dataset_path``); with ``bc.bootstrap.enabled`` the
-    cloned policy then samples fresh training tasks, the episodes that pass the return threshold
-    join the data and a second SFT round trains on all of it. The data are saved as
+    The data are expert episodes (or ``bc.dataset_path``); ``bc.epochs`` SFT epochs train on them
+    (0: none, the model already is a cloned policy). With ``bc.bootstrap.enabled`` the cloned
+    policy then samples fresh training tasks, the episodes that pass the return threshold join the
+    data and a second SFT round trains on all of it. With ``bc.dagger.enabled`` each of
+    ``bc.dagger.rounds`` rounds lets the policy play fresh tasks, has the expert label every state
+    it reached, adds those turns and trains on all of the data again. The data are saved as
     ``<run>/bc_dataset.jsonl`` and the policy as ``<run>/bc_policy_hf`` (the RL start for
     ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
     the trainer sharded the old one).
     """
-    from arl.bc import bc_seeds, bootstrap, collect_expert, episodes_of, load_episodes, save_episodes
+    from arl.bc import bc_seeds, bootstrap, collect_expert, dagger, episodes_of, load_episodes, save_episodes
     from arl.evaluation import run_validation
 
     c = _container(cfg)
@@ -238,7 +241,8 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         )
     if not items:
         raise RuntimeError("behaviour cloning has no episode to learn from (the expert won none)")
-    results["bc/samples"] = float(fit(items, int(bc["epochs"])))
+    if int(bc["epochs"]) > 0:
+        results["bc/samples"] = float(fit(items, int(bc["epochs"])))
 
     boot = bc.get("bootstrap") or {}
     if boot.get("enabled") and not bc.get("dataset_path"):
@@ -255,6 +259,21 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         if res.kept:
             items = items + res.kept
             results["bc/samples"] = float(fit(items, int(boot["epochs"])))
+
+    dag = bc.get("dagger") or {}
+    for k in range(int(dag["rounds"]) if dag.get("enabled") else 0):
+        t0 = time.perf_counter()
+        params = dataclasses.replace(sampling_params(c["rollout"]), temperature=float(dag["temperature"]))
+        res = dagger(loop, bc_seeds(seed, int(dag["episodes"]), stream=2 + k), params, int(c["rollout"]["val_batch_size"]))
+        results.update({"bc/dagger_success": res.success, "bc/dagger_turns": float(res.turns),
+                        "bc/dagger_agreement": res.agreement})
+        console.print(
+            f"DAgger round {k + 1}/{dag['rounds']}: the policy won {res.success:.3f} of {res.sampled} episodes, "
+            f"chose the expert's action on {res.agreement:.3f} of {res.turns} labelled turns "
+            f"in {time.perf_counter() - t0:.1f}s"
+        )
+        items = items + res.labelled
+        results["bc/samples"] = float(fit(items, int(dag["epochs"])))
     results["bc/episodes"] = float(len(items))
     if rank_zero_only.rank == 0:
         results["bc_dataset"] = str(save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name))

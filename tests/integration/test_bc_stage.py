@@ -109,3 +109,89 @@ def test_bc_in_trajectory_mode_keeps_one_stream_per_episode(tmp_path, tiny):
     assert second.prompt_ids[: len(stream)] == stream and len(second.prompt_ids) > len(stream)
     with pytest.raises(ValueError, match="sample mode is 'trajectory'"):
         load_episodes(tmp_path / "bc_dataset.jsonl", tok, "turn", "sokoban")
+
+
+def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
+    """The teacher answers the very state each prompt showed: replaying the policy's own actions in a
+    fresh env reproduces every label; relabelling keeps the prompts and puts the expert's ids under them."""
+    import torch
+
+    from arl.agent.experts import expert_path
+    from arl.agent.loop import Task
+    from arl.bc import relabel
+    from arl.envs.registry import make_env
+    from arl.envs.sokoban.expert import expert_response
+    from arl.models.loading import load_policy
+    from arl.pipeline import build_agent_loop
+    from arl.rollout.engine import SamplingParams
+    from arl.rollout.hf_engine import HFEngine
+    from omegaconf import OmegaConf
+
+    out, _ = bc_run
+    model, tok = load_policy(out / "bc_policy_hf")
+    c = OmegaConf.to_container(compose(["experiment=bc_sokoban", *SMALL]), resolve=True)
+    loop = build_agent_loop(c, HFEngine(model, tok), tok)
+    torch.manual_seed(3)
+    episodes = loop.run([Task(i, 5000 + i) for i in range(6)], 1, SamplingParams(temperature=0.3, max_new_tokens=16),
+                        teacher=expert_path("sokoban"))
+    moved = labels = 0
+    for ep in episodes:
+        env = make_env("sokoban", **c["env"]["kwargs"])
+        env.reset(ep.seed)
+        for turn in ep.turns:
+            try:
+                want = expert_response(env)
+            except RuntimeError:  # a box pushed into a dead end: the solver has no plan, no label
+                want = None
+            assert turn.expert_text == want
+            labels += want is not None
+            before = env.level.to_text()
+            env.step(turn.action if turn.valid else loop.spec.invalid_action)
+            moved += env.level.to_text() != before
+        episode, agreed = relabel(ep, tok)
+        kept = [t for t in ep.turns if t.expert_text is not None]
+        assert [t.prompt_ids for t in episode.turns] == [t.prompt_ids for t in kept]
+        for new, old in zip(episode.turns, kept):
+            assert new.response_ids == tok(old.expert_text, add_special_tokens=False)["input_ids"]
+            assert new.response_text == old.expert_text and new.valid and new.rollout_log_probs == [0.0] * len(new.response_ids)
+        assert agreed == sum(t.valid and t.action == n.action for t, n in zip(kept, episode.turns))
+    assert moved >= 3 and labels >= 6  # the cloned policy moves, so the labelled states differ
+    loop.close()
+
+
+def test_dagger_rounds_join_the_dataset_and_retrain(bc_run, tmp_path, tiny):
+    """Continue a BC run with DAgger: bc.epochs=0 trains nothing before the rounds; each round's
+    labelled episodes join the data (source "dagger"), and the next fit trains on all of it."""
+    from arl.pipeline import train
+
+    out, results = bc_run
+    _, tok = tiny
+    cfg = compose(["experiment=bc_sokoban", *SMALL, f"model.path={out / 'bc_policy_hf'}",
+                   f"bc.dataset_path={out / 'bc_dataset.jsonl'}", "bc.epochs=0", "bc.val_untrained=false",
+                   "bc.dagger.enabled=true", "bc.dagger.rounds=2", "bc.dagger.episodes=6"], output_dir=str(tmp_path))
+    again = train(cfg)
+    header = read_header(tmp_path / "bc_dataset.jsonl")
+    before = read_header(out / "bc_dataset.jsonl")["sources"]
+    assert header["sources"]["expert"] == before["expert"] and header["sources"]["self"] == before["self"]
+    assert 6 <= header["sources"]["dagger"] <= 12 and again["bc/episodes"] == header["episodes"]
+    items = load_episodes(tmp_path / "bc_dataset.jsonl", tok, "turn", "sokoban")
+    dagger_turns = sum(len(i.episode.turns) for i in items if i.source == "dagger")
+    assert again["bc/dagger_turns"] <= dagger_turns  # the last round's count, out of both rounds'
+    assert 0 <= again["bc/dagger_agreement"] <= 1 and 0 <= again["bc/dagger_success"] <= 1
+    # the last fit trained on the earlier samples and the labelled turns (less the held-out episodes)
+    assert results["bc/samples"] < again["bc/samples"] < sum(len(i.episode.turns) for i in items)
+
+
+def test_zero_bc_epochs_keep_the_given_policy(bc_run, tmp_path):
+    """bc.epochs=0 without later rounds: the saved policy is the given one, weight for weight."""
+    from safetensors.torch import load_file
+
+    from arl.pipeline import train
+
+    out, _ = bc_run
+    cfg = compose(["experiment=bc_sokoban", *SMALL, f"model.path={out / 'bc_policy_hf'}",
+                   f"bc.dataset_path={out / 'bc_dataset.jsonl'}", "bc.epochs=0", "bc.val_untrained=false",
+                   "rollout.val_episodes=2"], output_dir=str(tmp_path))
+    train(cfg)
+    given, saved = load_file(out / "bc_policy_hf" / "model.safetensors"), load_file(tmp_path / "bc_policy_hf" / "model.safetensors")
+    assert given.keys() == saved.keys() and all((given[k] == saved[k]).all() for k in given)

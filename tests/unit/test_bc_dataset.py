@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from arl.agent.loop import AgentLoop
 from arl.agent.records import Episode, Turn
-from arl.bc import BCEpisode, bc_seeds, collect_expert, keep_episode, load_episodes, read_header, save_episodes
+from arl.bc import BCEpisode, bc_seeds, collect_expert, keep_episode, load_episodes, read_header, relabel, save_episodes
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE, VAL_SEED_BASE
 from arl.rollout.hf_engine import HFEngine
 
@@ -34,7 +34,7 @@ def test_expert_episodes_round_trip_exactly(tmp_path, tiny, expert_items):
     items = items[:8] + [BCEpisode(e.episode, "self") for e in items[8:]]
     path = save_episodes(tmp_path / "d.jsonl", items, tok, "turn", "sokoban")
     header = read_header(path)
-    assert header["episodes"] == 12 and header["sources"] == {"expert": 8, "self": 4}
+    assert header["episodes"] == 12 and header["sources"] == {"expert": 8, "self": 4, "dagger": 0}
     loaded = load_episodes(path, tok, "turn", "sokoban")
     assert [i.source for i in loaded] == [i.source for i in items]
     assert [i.episode for i in loaded] == [i.episode for i in items]  # dataclass equality: every id and float
@@ -90,11 +90,32 @@ def test_keep_episode_needs_the_return_and_every_turn_valid():
     assert not keep_episode(Episode(0, 0, 1, "sokoban", "sokoban", []), -5.0)
 
 
+def test_relabel_puts_the_expert_answer_under_the_policy_prompt(tiny):
+    """Hand-made DAgger turns: the one without a label is dropped, the policy's prompt stays, the
+    expert's answer becomes the response; agreement counts valid turns with the expert's action."""
+    _, tok = tiny
+    answer = "<think>plan: left up</think><action>left</action>"
+    turns = [
+        Turn([1, 2], [7], [-0.3], "x", "left", True, "", 0.0, False, 11, expert_text=answer),  # agrees
+        Turn([1, 3], [8], [-0.2], "y", "up", True, "", -0.1, False, 12, expert_text=answer),  # disagrees
+        Turn([1, 4], [9], [-0.1], "z", "", False, "no tag", 0.0, False, 13, truncated=True, expert_text=answer),
+        Turn([1, 5], [9], [-0.1], "w", "left", True, "", 0.0, True, 14),  # the expert failed here
+    ]
+    episode, agreed = relabel(Episode(2, 5, 77, "sokoban", "sokoban", turns, won=False), tok)
+    assert agreed == 1 and [t.prompt_ids for t in episode.turns] == [[1, 2], [1, 3], [1, 4]]
+    ids = tok(answer, add_special_tokens=False)["input_ids"]
+    for new, old in zip(episode.turns, turns):
+        assert (new.response_ids, new.rollout_log_probs, new.response_text) == (ids, [0.0] * len(ids), answer)
+        assert (new.action, new.valid, new.reason, new.truncated) == ("left", True, "", False)
+        assert (new.reward, new.done, new.anchor_key) == (old.reward, old.done, old.anchor_key)
+    assert (episode.group_id, episode.seed, episode.won) == (2, 77, False) and len(turns) == 4  # the input is kept
+
+
 def test_bc_seeds_are_training_seeds_and_streams_differ():
-    expert, boot = bc_seeds(3, 500), bc_seeds(3, 500, stream=1)
+    expert, boot, dagger = bc_seeds(3, 500), bc_seeds(3, 500, stream=1), bc_seeds(3, 500, stream=2)
     assert expert == bc_seeds(3, 500) and expert != bc_seeds(4, 500)
-    assert all(0 <= s < TRAIN_SEED_SPACE <= VAL_SEED_BASE for s in expert + boot)
-    assert len(set(expert) & set(boot)) == 0
+    assert all(0 <= s < TRAIN_SEED_SPACE <= VAL_SEED_BASE for s in expert + boot + dagger)
+    assert len(set(expert) & set(boot)) == len(set(expert) & set(dagger)) == len(set(boot) & set(dagger)) == 0
 
 
 @settings(max_examples=30, deadline=None)
@@ -109,16 +130,18 @@ def test_bc_seeds_are_training_seeds_and_streams_differ():
         min_size=1,
         max_size=5,
     ),
-    st.sampled_from(["expert", "self"]),
+    st.sampled_from(["expert", "self", "dagger"]),
+    st.one_of(st.none(), st.text(max_size=12)),
 )
-def test_any_episode_round_trips(tmp_path_factory, turns, source):
+def test_any_episode_round_trips(tmp_path_factory, turns, source, expert_text):
     from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a")))
     ep = Episode(3, 4, 99, "math_tool", "fractions", won=True, score=0.5)
     for ids, reward, valid, anchor in turns:
-        ep.turns.append(Turn([9, 8], ids, [float(-i) / 7 for i in ids], "ü<think>", "a", valid, "", reward, False, anchor))
+        ep.turns.append(Turn([9, 8], ids, [float(-i) / 7 for i in ids], "ü<think>", "a", valid, "", reward, False, anchor,
+                             expert_text=expert_text))
     path = save_episodes(tmp_path_factory.mktemp("d") / "d.jsonl", [BCEpisode(ep, source)], tok, "trajectory", "math_tool")
     (back,) = load_episodes(path, tok, "trajectory", "math_tool")
     assert back.episode == ep and back.source == source

@@ -83,6 +83,22 @@ def test_bc_experiments_stop_after_behaviour_cloning():
         validate_config(compose(["experiment=bc_webshop", "bc.val_every=0"]))
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["bc.epochs=-1"], r"bc.epochs=-1 must be >= 0"),
+        (["bc.dagger.rounds=0"], r"bc.dagger.rounds=0 must be >= 1"),
+        (["bc.dagger.episodes=0"], r"bc.dagger.episodes=0 must be >= 1"),
+        (["bc.dagger.temperature=-0.5"], r"bc.dagger.temperature=-0.5 must be >= 0"),
+        (["rollout.sample_mode=trajectory"], r"bc.dagger needs rollout.sample_mode=turn"),
+    ],
+)
+def test_dagger_settings_are_validated(overrides, message):
+    validate_config(compose(["experiment=bc_sokoban", "bc.epochs=0", "bc.dagger.enabled=true", "bc.dagger.temperature=0"]))
+    with pytest.raises(ConfigError, match=message):
+        validate_config(compose(["experiment=bc_sokoban", "bc.dagger.enabled=true", *overrides]))
+
+
 @pytest.mark.parametrize("search", SEARCHES)
 def test_every_hparams_search_is_a_multirun_that_validates(search):
     from hydra.core.hydra_config import HydraConfig

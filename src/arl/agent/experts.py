@@ -25,11 +25,16 @@ _EXPERTS: dict[str, str] = {
 }
 
 
-def get_expert(env_name: str) -> Callable[[object], str]:
-    """The expert of ``env_name``; a clear error when the env has none."""
+def expert_path(env_name: str) -> str:
+    """``"package.module:function"`` of the expert of ``env_name``; a clear error when it has none."""
     if env_name not in _EXPERTS:
         raise KeyError(f"env {env_name!r} has no expert; envs with experts: {', '.join(sorted(_EXPERTS))}")
-    module, attr = _EXPERTS[env_name].split(":")
+    return _EXPERTS[env_name]
+
+
+def get_expert(env_name: str) -> Callable[[object], str]:
+    """The expert of ``env_name``; a clear error when the env has none."""
+    module, attr = expert_path(env_name).split(":")
     return getattr(importlib.import_module(module), attr)
 
 

@@ -108,8 +108,16 @@ class AgentLoop:
             )
         return ids
 
-    def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0) -> list[Episode]:
-        """Roll out ``len(tasks) * group_size`` episodes; returns them ordered by (group, member)."""
+    def run(
+        self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0,
+        teacher: str | None = None,
+    ) -> list[Episode]:
+        """Roll out ``len(tasks) * group_size`` episodes; returns them ordered by (group, member).
+
+        ``teacher``: a ``"package.module:function"`` (an expert's ``expert_response``) asked, at
+        every turn and before the env steps, to answer the state the policy faces; its answer is
+        stored as ``Turn.expert_text`` (None where it failed). DAgger labels with it.
+        """
         t0 = time.perf_counter()
         stats = RolloutStats()
         seeds = [task.seed for task in tasks for _ in range(group_size)]
@@ -162,6 +170,7 @@ class AgentLoop:
                 actions[slot] = parsed.action if parsed.valid else self.spec.invalid_action
                 stats.generated_tokens += len(gen.token_ids)
             te = time.perf_counter()
+            labels = self.pool.call(teacher, active) if teacher else {}
             results = self.pool.step(actions)
             stats.env_seconds += time.perf_counter() - te
             stats.env_steps += len(actions)
@@ -183,6 +192,7 @@ class AgentLoop:
                         done=bool(result.done),
                         anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
                         truncated=gen.finish_reason == "length",
+                        expert_text=labels[slot][0] if slot in labels else None,
                     )
                 )
                 histories[slot].append(

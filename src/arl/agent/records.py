@@ -31,6 +31,7 @@ class Turn:
     done: bool
     anchor_key: int
     truncated: bool = False  # the response hit max_new_tokens
+    expert_text: str | None = None  # the expert's answer to this turn's state (DAgger rollouts only)
 
 
 @dataclass

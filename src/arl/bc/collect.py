@@ -1,21 +1,29 @@
-"""Collecting the behaviour-cloning data: expert episodes, then self-bootstrapped ones.
+"""Collecting the behaviour-cloning data: expert episodes, then self-bootstrapped and DAgger ones.
 
 Self-bootstrapping (rejection sampling, as the paper's BC stage): the current policy plays fresh
 training tasks at the sampling temperature, and an episode joins the dataset when its return
 reaches ``min_return`` and every turn of it parsed (a kept episode never teaches a malformed
 answer). The tokens kept are the very ids the engine sampled.
+
+DAgger (Ross et al., 2011): the current policy plays fresh training tasks and the expert answers
+every state the policy reached, the states after its mistakes included. Each labelled episode
+keeps the policy's prompts (its own history of actions) with the expert's answers as the
+responses: imitation learns to recover from the policy's own errors, which expert episodes never
+show.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from arl.agent.experts import expert_episodes
+from arl.agent.experts import expert_episodes, expert_path
 from arl.agent.loop import AgentLoop, Task
+from arl.agent.parsing import parse_response
 from arl.agent.records import Episode
 from arl.bc.dataset import BCEpisode
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE
@@ -23,7 +31,8 @@ from arl.rollout.engine import SamplingParams
 
 
 def bc_seeds(seed: int, n: int, stream: int = 0) -> list[int]:
-    """``n`` training-task seeds of the BC stage; ``stream`` 0 for experts, 1 for bootstrapping."""
+    """``n`` training-task seeds of the BC stage; ``stream`` 0 for experts, 1 for bootstrapping,
+    ``2 + k`` for DAgger round ``k``."""
     rng = np.random.default_rng([int(seed), 2**31 - 1 - int(stream)])
     return [int(s) for s in rng.integers(0, TRAIN_SEED_SPACE, size=n)]
 
@@ -88,3 +97,55 @@ def bootstrap(
             _progress(f"self-bootstrapping ({len(kept)} kept)", start + len(chunk), len(seeds), t0)
     n = len(seeds)
     return BootstrapResult(kept, n, won / max(n, 1), len(kept) / max(n, 1))
+
+
+@dataclass
+class DaggerResult:
+    labelled: list[BCEpisode]  # the policy's episodes with the expert's answers as responses
+    sampled: int
+    success: float  # share of sampled episodes the policy won
+    turns: int  # turns labelled
+    agreement: float  # share of labelled turns whose policy action was the expert's action
+
+
+def relabel(episode: Episode, tokenizer) -> tuple[Episode, int]:
+    """``episode`` with each turn's response replaced by its ``expert_text`` (turns without one are
+    dropped); also returns how many kept turns the policy had already answered with the expert's
+    action. The prompts stay the policy's: the states it reached, its own history in them."""
+    turns, agreed = [], 0
+    for turn in episode.turns:
+        if not isinstance(turn.expert_text, str):
+            continue
+        ids = list(tokenizer(turn.expert_text, add_special_tokens=False)["input_ids"])
+        expert = parse_response(turn.expert_text, None)
+        agreed += bool(turn.valid and expert.valid and turn.action == expert.action)
+        turns.append(dataclasses.replace(
+            turn, response_ids=ids, rollout_log_probs=[0.0] * len(ids), response_text=turn.expert_text,
+            action=expert.action, valid=expert.valid, reason=expert.reason, truncated=False,
+        ))
+    return dataclasses.replace(episode, turns=turns), agreed
+
+
+def dagger(
+    loop: AgentLoop, seeds: Sequence[int], params: SamplingParams, batch_size: int = 64
+) -> DaggerResult:
+    """One DAgger round: the policy of ``loop``'s engine plays one episode per seed, the env's
+    expert labels every turn (see the module docstring)."""
+    teacher = expert_path(loop.env_name)
+    labelled: list[BCEpisode] = []
+    won = turns = agreed = 0
+    t0 = time.perf_counter()
+    for start in range(0, len(seeds), batch_size):
+        chunk = seeds[start : start + batch_size]
+        tasks = [Task(group_id=start + i, seed=int(s)) for i, s in enumerate(chunk)]
+        for ep in loop.run(tasks, 1, params, first_episode_id=start, teacher=teacher):
+            won += ep.won
+            episode, hits = relabel(ep, loop.tokenizer)
+            if episode.turns:
+                labelled.append(BCEpisode(episode, "dagger"))
+                turns += len(episode.turns)
+                agreed += hits
+        if len(seeds) > batch_size:
+            _progress(f"DAgger ({turns} turns labelled)", start + len(chunk), len(seeds), t0)
+    n = len(seeds)
+    return DaggerResult(labelled, n, won / max(n, 1), turns, agreed / max(turns, 1))

@@ -21,12 +21,13 @@ from typing import Iterable, Sequence
 from arl.agent.records import Episode, Turn
 
 FORMAT = "arl-bc-dataset/1"
-SOURCES = ("expert", "self")
+SOURCES = ("expert", "self", "dagger")
 
 
 @dataclasses.dataclass
 class BCEpisode:
-    """An episode of the dataset and where it came from (``expert`` or ``self``-bootstrapped)."""
+    """An episode of the dataset and where it came from: ``expert``, ``self``-bootstrapped, or
+    ``dagger`` (the policy's states, the expert's answers)."""
 
     episode: Episode
     source: str

@@ -11,6 +11,9 @@ worker that dies (segfault, ``os._exit``, OOM kill) or stays silent past its dea
 code that no signal interrupts) is killed and restarted; every slot it held is lost and reported
 as an error, and the slots of the other workers finish normally.
 
+:meth:`EnvPool.call` runs a function on the environments of some slots where they live (the
+experts that label the states a policy reached, for DAgger); its failure loses nothing.
+
 ``n_workers=0`` keeps the environments in this process (no isolation, no timeout; the fastest for
 pure-Python envs such as Sokoban). Results depend only on the slots' seeds and actions, never on
 the number of workers.
@@ -18,6 +21,7 @@ the number of workers.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing as mp
 import os
@@ -113,9 +117,37 @@ class _Slots:
                 out.append((slot, _failed_step(), _describe(exc, "step")))
         return out
 
+    def call(self, items: Sequence[tuple[int, str]]) -> list[tuple[int, Any, str]]:
+        """(slot, ``"module:function"``) -> (slot, ``function(env)``, error text or "").
+
+        A failing call loses nothing: the env stays open (the function only reads its state).
+        """
+        out = []
+        for slot, fn_path in items:
+            env = self.envs.get(slot)
+            if env is None:
+                out.append((slot, None, f"slot {slot} has no environment (lost earlier)"))
+                continue
+            try:
+                fn = _import_function(fn_path)
+                out.append((slot, _call_with_timeout(lambda: fn(env), self.timeout), ""))
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                out.append((slot, None, _describe(exc, fn_path)))
+        return out
+
     def close(self, slots: Sequence[int] | None = None) -> None:
         for slot in list(self.envs if slots is None else slots):
             self._drop(slot)
+
+
+def _import_function(fn_path: str):
+    """The function named ``"package.module:function"``."""
+    module, sep, attr = fn_path.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"{fn_path!r} is not a 'package.module:function' path")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _describe(exc: BaseException, what: str) -> str:
@@ -136,6 +168,8 @@ def _worker_main(conn: Connection, path: str, env_kwargs: dict[str, Any], timeou
             conn.send(slots.reset(payload))
         elif cmd == "step":
             conn.send(slots.step(payload))
+        elif cmd == "call":
+            conn.send(slots.call(payload))
         elif cmd == "close_slots":
             slots.close(payload)
             conn.send(None)
@@ -336,6 +370,24 @@ class EnvPool:
                 self._open.discard(slot)
                 log.warning("env %s slot %d: %s", self.env_name, slot, err)
             out[slot] = (result, bool(err))
+        return out
+
+    def call(self, fn_path: str, slots: Sequence[int]) -> dict[int, tuple[Any, str]]:
+        """Run ``fn_path`` (``"package.module:function"``) on the env of each of ``slots``, where it
+        lives; slot -> (value, error text or ""). A failing function loses nothing; a worker that
+        dies or hangs during the call is restarted and its slots are lost, as during a step."""
+        items = [(int(slot), fn_path) for slot in slots]
+        if self._local is not None:
+            replies = {r[0]: r[1:] for r in self._local.call(items)}
+        else:
+            replies = self._dispatch("call", items)
+        out = {}
+        for slot, _ in items:
+            reply = replies.get(slot)
+            value, err = (None, "worker lost") if reply is None else reply
+            if err:
+                log.warning("env %s slot %d: %s", self.env_name, slot, err)
+            out[slot] = (value, err)
         return out
 
     def close_slots(self) -> None:

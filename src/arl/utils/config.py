@@ -106,8 +106,9 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     if not bc["enabled"] and not rl.get("enabled", True):
         raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
     if bc["enabled"]:
-        for key in ("episodes", "epochs", "batch_size"):
+        for key in ("episodes", "batch_size"):
             _positive(f"bc.{key}", bc[key])
+        _positive("bc.epochs", bc["epochs"], 0)
         if bc.get("val_every") is not None:
             _positive("bc.val_every", bc["val_every"])
         boot = bc.get("bootstrap") or {}
@@ -118,6 +119,23 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
                 raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
             if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
                 raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
+        dag = bc.get("dagger") or {}
+        if dag.get("enabled"):
+            for key in ("rounds", "episodes", "epochs"):
+                _positive(f"bc.dagger.{key}", dag[key])
+            if isinstance(dag["temperature"], bool) or not isinstance(dag["temperature"], (int, float)) or dag["temperature"] < 0:
+                raise ConfigError(f"bc.dagger.temperature={dag['temperature']!r} must be >= 0 (0: the policy plays greedily)")
+            if r.get("sample_mode", "turn") != "turn":
+                raise ConfigError(
+                    "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
+                    "answer, which breaks the single token stream of trajectory mode"
+                )
+            from arl.agent.experts import expert_path
+
+            try:
+                expert_path(c["env"]["name"])
+            except KeyError as err:
+                raise ConfigError(f"bc.dagger: {err.args[0]}") from None
 
 
 def _validate_scale(c: dict[str, Any]) -> None:

@@ -102,3 +102,33 @@ def test_unknown_env_names_are_clear():
         EnvPool("nope")
     with pytest.raises(ImportError, match="no attribute"):
         EnvPool("faulty_env:Missing")
+
+
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_call_runs_a_function_on_each_env_where_it_lives(n_workers):
+    """EnvPool.call (the DAgger labeller): the function sees each slot's env in its current state, in
+    the process that holds it; a failing function or a bad path is reported and loses nothing."""
+    pool = EnvPool(FAULTY, {"length": 3}, n_workers=n_workers)
+    try:
+        pool.reset([1, 2, 4])
+        pool.step({0: "go", 2: "go"})
+        out = pool.call("faulty_env:where", [0, 1, 2])
+        states = {s: v.split("@") for s, (v, err) in out.items() if not err}
+        assert {s: st for s, (st, _) in states.items()} == {0: "1:1", 1: "2:0", 2: "4:1"}
+        pids = {s: int(pid) for s, (_, pid) in states.items()}
+        if n_workers:  # slot s lives in worker s % 2
+            assert pids[0] == pids[2] != pids[1] and set(pids.values()) == set(pool.worker_pids())
+        else:
+            assert set(pids.values()) == {os.getpid()}
+        assert all(err == "" for _, err in out.values())
+        failed = pool.call("faulty_env:broken", [0, 1])
+        assert failed[0][0] is None and "ValueError: no answer for 1" in failed[0][1]
+        assert "no answer for 2" in failed[1][1]
+        bad = pool.call("faulty_env", [2])
+        assert bad[2][0] is None and "not a 'package.module:function' path" in bad[2][1]
+        # nothing was lost: every slot steps on, and the errors counter counts env failures only
+        after = pool.step({0: "go", 1: "go", 2: "go"})
+        assert [(r.observation, err) for r, err in after.values()] == [("1:2", False), ("2:1", False), ("4:2", False)]
+        assert pool.errors == 0 and pool.restarts == 0
+    finally:
+        pool.close()
