@@ -330,3 +330,28 @@ def test_expert_response_format(env):
     parsed = parse_response(text, env.last_info["admissible_actions"])
     assert parsed.valid and parsed.action == "look"
     assert text == f"<think>Task: {env.task}. Next: look to look around.</think><action>look</action>"
+
+
+def test_expert_recovers_from_any_detour(env):
+    """DAgger asks the expert about states the policy reached. After random detours (admissible
+    moves, inadmissible text, the no-op) it still wins every game from there, asked turn by turn, and
+    it answers a state the same way however the env got there (a fresh env replaying the moves)."""
+    rng = random.Random(7)
+    fresh = _env()
+    for seed in range(N_GAMES):
+        _, info = env.reset(seed)
+        moves = []
+        for _ in range(8):
+            moves.append(rng.choice(info["admissible_actions"] + [INVALID_ACTION, "take the moon"]))
+            info = env.step(moves[-1]).info
+        fresh.reset(seed)
+        for move in moves:
+            fresh.step(move)
+        assert expert_response(env) == expert_response(fresh)
+        while not env.done:
+            text = expert_response(env)
+            parsed = parse_response(text, env.last_info["admissible_actions"])
+            assert parsed.valid, (seed, text, parsed.reason)
+            env.step(parsed.action)
+        assert env.won, (seed, moves)
+    fresh.close()
