@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from arl.agent.loop import AgentLoop
 from arl.agent.records import Episode, Turn
-from arl.bc import BCEpisode, bc_seeds, collect_expert, keep_episode, load_episodes, read_header, relabel, save_episodes
+from arl.bc import BCEpisode, bc_seeds, collect_expert, dagger, keep_episode, load_episodes, read_header, relabel, save_episodes
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE, VAL_SEED_BASE
 from arl.rollout.hf_engine import HFEngine
 
@@ -109,6 +109,17 @@ def test_relabel_puts_the_expert_answer_under_the_policy_prompt(tiny):
         assert (new.action, new.valid, new.reason, new.truncated) == ("left", True, "", False)
         assert (new.reward, new.done, new.anchor_key) == (old.reward, old.done, old.anchor_key)
     assert (episode.group_id, episode.seed, episode.won) == (2, 77, False) and len(turns) == 4  # the input is kept
+
+
+def test_dagger_refuses_trajectory_samples(tiny):
+    from arl.rollout.engine import SamplingParams
+
+    model, tok = tiny
+    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact"}, sample_mode="trajectory")
+    assert loop.sample_mode == "trajectory"
+    with pytest.raises(ValueError, match="DAgger needs turn samples"):
+        dagger(loop, [1, 2], SamplingParams())
+    loop.close()
 
 
 def test_bc_seeds_are_training_seeds_and_streams_differ():

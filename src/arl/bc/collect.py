@@ -130,7 +130,10 @@ def dagger(
     loop: AgentLoop, seeds: Sequence[int], params: SamplingParams, batch_size: int = 64
 ) -> DaggerResult:
     """One DAgger round: the policy of ``loop``'s engine plays one episode per seed, the env's
-    expert labels every turn (see the module docstring)."""
+    expert labels every turn (see the module docstring). Turn samples only: in trajectory mode
+    the next prompt holds the policy's answer, which a relabelled turn no longer has."""
+    if loop.sample_mode != "turn":
+        raise ValueError(f"DAgger needs turn samples; this loop's sample mode is {loop.sample_mode!r}")
     teacher = expert_path(loop.env_name)
     labelled: list[BCEpisode] = []
     won = turns = agreed = 0

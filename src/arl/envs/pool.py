@@ -120,7 +120,8 @@ class _Slots:
     def call(self, items: Sequence[tuple[int, str]]) -> list[tuple[int, Any, str]]:
         """(slot, ``"module:function"``) -> (slot, ``function(env)``, error text or "").
 
-        A failing call loses nothing: the env stays open (the function only reads its state).
+        A failing call loses nothing: the env stays open (an expert reads the game, it does not
+        play it).
         """
         out = []
         for slot, fn_path in items:
