@@ -68,7 +68,7 @@ def test_cpu_small_undoes_every_gpu_setting(env):
 
     assert plain([f"experiment=gigpo_{env}", "debug=cpu_small"]) == plain(["algo=gigpo", f"env={env}", "debug=cpu_small"])
     assert plain([f"experiment=bc_{env}", "debug=cpu_small", "bc.val_untrained=false", "bc.bootstrap.enabled=false",
-                  "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
+                  "bc.dagger.enabled=false", "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
 
 
 def test_bc_experiments_stop_after_behaviour_cloning():
