@@ -323,6 +323,12 @@ class EnvPool:
                 self._lose_worker(worker, share, out, "worker did not answer before its deadline")
         return out
 
+    def _run(self, cmd: str, items: Sequence[tuple[int, Any]]) -> dict[int, tuple[Any, ...] | None]:
+        """``cmd`` (``reset``, ``step``, ``call``) on the slots of ``items``: slot -> reply tail."""
+        if self._local is not None:
+            return {r[0]: r[1:] for r in getattr(self._local, cmd)(items)}
+        return self._dispatch(cmd, items)
+
     def _lose_worker(self, worker: _Worker, share: list, out: dict, why: str) -> None:
         """Restart ``worker``; every slot it held is lost."""
         held = sorted({s for s in self._open if s % self.n_workers == worker.index} | {s for s, _ in share})
@@ -337,10 +343,7 @@ class EnvPool:
         """Open one slot per seed (slot ``i`` gets ``seeds[i]``); (observation, info, env_error) per slot."""
         self.close_slots()
         items = list(enumerate(int(s) for s in seeds))
-        if self._local is not None:
-            replies = {r[0]: r[1:] for r in self._local.reset(items)}
-        else:
-            replies = self._dispatch("reset", items)
+        replies = self._run("reset", items)
         out = []
         for slot, _ in items:
             reply = replies.get(slot)
@@ -358,10 +361,7 @@ class EnvPool:
     def step(self, actions: dict[int, str]) -> dict[int, tuple[StepResult, bool]]:
         """Step the given slots; returns slot -> (result, env_error). A failed slot is closed."""
         items = sorted(actions.items())
-        if self._local is not None:
-            replies = {r[0]: r[1:] for r in self._local.step(items)}
-        else:
-            replies = self._dispatch("step", items)
+        replies = self._run("step", items)
         out = {}
         for slot, _ in items:
             reply = replies.get(slot)
@@ -378,10 +378,7 @@ class EnvPool:
         lives; slot -> (value, error text or ""). A failing function loses nothing; a worker that
         dies or hangs during the call is restarted and its slots are lost, as during a step."""
         items = [(int(slot), fn_path) for slot in slots]
-        if self._local is not None:
-            replies = {r[0]: r[1:] for r in self._local.call(items)}
-        else:
-            replies = self._dispatch("call", items)
+        replies = self._run("call", items)
         out = {}
         for slot, _ in items:
             reply = replies.get(slot)
