@@ -60,7 +60,7 @@ def sampling_params(rollout: dict[str, Any], validation: bool = False) -> Sampli
 def build_engine(rollout: dict[str, Any], model, tokenizer):
     """The rollout engine of ``rollout.engine``."""
     if rollout["engine"] == "hf":
-        return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]))
+        return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"))
     from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
 
     return VLLMEngine.from_config(rollout, model, tokenizer)

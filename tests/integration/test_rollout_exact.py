@@ -52,3 +52,19 @@ def test_same_seed_same_group_start_and_greedy_determinism(tiny):
     assert a[0].turns[0].prompt_ids == a[1].turns[0].prompt_ids
     assert a[0].turns[0].anchor_key == a[1].turns[0].anchor_key
     assert a[0].turns[0].prompt_ids != a[2].turns[0].prompt_ids
+
+
+def test_engine_device_auto_and_explicit(tiny):
+    """``auto`` is the GPU when there is one (else wherever the model is); a named device is used."""
+    from arl.rollout.hf_engine import resolve_device
+
+    assert resolve_device(None) is None
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == (torch.device("cuda", 0) if torch.cuda.is_available() else None)
+    model, tok = tiny
+    prompt = tok("#_P_#\nup", add_special_tokens=False)["input_ids"]
+    params = SamplingParams(temperature=0.0, max_new_tokens=6)
+    here = HFEngine(model, tok).generate([prompt], params)[0]
+    named = HFEngine(model, tok, device="cpu").generate([prompt], params)[0]
+    assert named.token_ids == here.token_ids and named.log_probs == here.log_probs
+    assert next(model.parameters()).device == torch.device("cpu")

@@ -124,6 +124,21 @@ def test_every_debug_config_validates(debug):
     validate_config(compose([f"debug={debug}"]))
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the message on a machine without a GPU")
+def test_a_gpu_rollout_device_without_a_gpu_stops_at_start_up():
+    with pytest.raises(ConfigError, match="no GPU"):
+        validate_config(compose(["rollout.device=cuda"]))
+    validate_config(compose(["rollout.device=cpu"]))
+    validate_config(compose(["rollout.device=auto"]))
+
+
+def test_trainer_gpu_is_one_gpu_in_bf16_autocast():
+    cfg = compose(["experiment=bc_alfworld", "debug=cpu_small", "model=smollm2_135m", "trainer=gpu"])
+    validate_config(cfg)
+    assert (cfg.trainer.accelerator, cfg.trainer.devices, cfg.trainer.precision) == ("gpu", 1, "bf16-mixed")
+    assert "strategy" not in cfg.trainer and cfg.rollout.engine == "hf" and cfg.rollout.device == "auto"
+
+
 def test_default_is_sampo_sokoban_on_tiny():
     cfg = compose()
     assert cfg.algo.name == "sampo" and cfg.algo.loss.name == "gspo"
@@ -159,6 +174,8 @@ def test_eval_config_composes():
         ("rollout.group_size=0", "rollout.group_size"),
         ("rl.iterations=0", "rl.iterations"),
         ("rollout.top_p=1.5", "rollout.top_p"),
+        ("rollout.device=gpu0", "rollout.device"),
+        ("rollout.device=cuda:x", "rollout.device"),
     ],
 )
 def test_bad_values_name_the_key(override, key):

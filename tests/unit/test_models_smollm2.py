@@ -74,3 +74,17 @@ def test_gguf_tokenizer_renders_smollm2_chatml():
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None
     # the template in code (fallback for a GGUF without one) is the same as the packaged one
     assert tok.chat_template == smollm2.SMOLLM2_CHAT_TEMPLATE
+
+
+@needs_package
+def test_model_path_may_be_a_folder_holding_the_smollm2_gguf(tmp_path):
+    """model=smollm2_135m model.path=<folder with the GGUF> converts that file (a machine without
+    the package, e.g. a GPU node the file was copied to); the same file hits the same cache entry."""
+    from arl.models.loading import resolve_model_path
+
+    packaged = smollm2.ensure_smollm2()
+    (tmp_path / smollm2.GGUF_NAME).symlink_to(smollm2.find_gguf())
+    assert resolve_model_path({"name": "smollm2_135m", "path": str(tmp_path)}) == (str(packaged), None)
+    empty = tmp_path / "hf_folder"
+    empty.mkdir()
+    assert resolve_model_path({"name": "smollm2_135m", "path": str(empty)}) == (str(empty), None)

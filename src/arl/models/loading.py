@@ -48,6 +48,12 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
     if not path:
         raise ValueError(f"model.path must be set for model.name={name!r} (an HF folder or a hub id)")
     gguf = model_cfg.get("gguf_file")
+    if name == "smollm2_135m":  # a folder holding the SmolLM2 GGUF (a copy of the package's file)
+        from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder
+
+        file = Path(str(path)) / (gguf or GGUF_NAME)
+        if file.is_file():
+            return str(cached_gguf_folder(file, "smollm2-135m", model_cfg.get("cache_dir"), SMOLLM2_CHAT_TEMPLATE)), None
     if gguf and (Path(str(path)) / gguf).is_file():
         from arl.models.smollm2 import cached_gguf_folder
 

@@ -1,7 +1,10 @@
-"""Rollouts with transformers ``generate``: the CPU default, and GPU debugging.
+"""Rollouts with transformers ``generate``: the CPU default, and GPUs without vLLM.
 
 Prompts are left-padded into batches of at most ``max_batch_size``; the KV cache is on. The engine
 holds the very policy module the trainer updates, so :meth:`HFEngine.sync` has nothing to copy.
+With a ``device`` the engine moves that module there before it generates: Lightning hands a
+module back on the CPU after each ``fit``, and validation or DAgger after behaviour cloning would
+otherwise generate on the CPU of a GPU machine.
 """
 
 from __future__ import annotations
@@ -13,11 +16,28 @@ import torch
 from arl.rollout.engine import Generation, SamplingParams
 
 
+def resolve_device(device: str | torch.device | None) -> torch.device | None:
+    """``rollout.device`` as a device: ``auto`` is this process's GPU when there is one, else None.
+
+    None (or ``auto`` without a GPU) generates wherever the model is.
+    """
+    if device is None:
+        return None
+    if str(device) == "auto":
+        if not torch.cuda.is_available():
+            return None
+        import os
+
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device(device)
+
+
 class HFEngine:
     """A :class:`~arl.rollout.engine.RolloutEngine` over a transformers causal LM."""
 
-    def __init__(self, model, tokenizer, max_batch_size: int = 64):
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, device: str | torch.device | None = None):
         self.model = model
+        self.device = resolve_device(device)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -48,6 +68,9 @@ class HFEngine:
 
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
         device = next(self.model.parameters()).device
+        if self.device is not None and device != self.device:
+            self.model.to(self.device)
+            device = self.device
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros_like(input_ids)
@@ -78,11 +101,16 @@ class HFEngine:
             )
         finally:
             self.model.train(was_training)
-        new_tokens = result.sequences[:, width:].cpu()
-        # (B, steps, V) raw logits of each generated position
-        logits = torch.stack(result.logits, dim=1).float().cpu()
+        chosen = result.sequences[:, width:]
         scale = 1.0 if greedy else params.temperature
-        logp = torch.log_softmax(logits / scale, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+        # log p of each chosen token, one (B, V) step of raw logits at a time on the model's device:
+        # never a (B, steps, V) tensor (1.6 GB for 64 x 128 steps of a 49k vocabulary)
+        logp = torch.stack(
+            [torch.log_softmax(step.float() / scale, dim=-1).gather(-1, chosen[:, t : t + 1]).squeeze(-1)
+             for t, step in enumerate(result.logits)],
+            dim=1,
+        ).cpu()
+        new_tokens = chosen.cpu()
         stops = set(self.eos_ids + stop_ids)
         return [self._cut(new_tokens[i].tolist(), logp[i].tolist(), stops, stop_strings, params) for i in range(len(prompts))]
 

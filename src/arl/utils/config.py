@@ -61,6 +61,20 @@ def _positive(key: str, value: Any, minimum: float = 1, integer: bool = True) ->
         raise ConfigError(f"{key}={value!r} must be >= {minimum}")
 
 
+def _validate_device(device: Any) -> None:
+    """``rollout.device``: None, auto, cpu, cuda or cuda:N, and a GPU only where one exists."""
+    if device is None or device in ("auto", "cpu"):
+        return
+    import re
+
+    if not isinstance(device, str) or not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ConfigError(f"rollout.device={device!r} is not valid; valid choices: auto, cpu, cuda, cuda:N")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"rollout.device={device!r} but this machine has no GPU (rollout.device=auto uses one when there is)")
+
+
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for the first invalid value of a training config."""
     from arl.algos import validate_algo_config
@@ -89,6 +103,7 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         raise ConfigError("rollout.temperature and rollout.val_temperature must be >= 0")
     _choice("rollout.sample_mode", r.get("sample_mode", "turn"), SAMPLE_MODES)
     _positive("rollout.n_workers", r.get("n_workers", 0), 0)
+    _validate_device(r.get("device"))
     if r.get("step_timeout", 1) is not None and float(r.get("step_timeout", 1)) <= 0:
         raise ConfigError(f"rollout.step_timeout={r['step_timeout']!r} must be > 0 (seconds)")
     if not 0 < r["top_p"] <= 1:
