@@ -68,3 +68,22 @@ def test_engine_device_auto_and_explicit(tiny):
     named = HFEngine(model, tok, device="cpu").generate([prompt], params)[0]
     assert named.token_ids == here.token_ids and named.log_probs == here.log_probs
     assert next(model.parameters()).device == torch.device("cpu")
+
+
+def test_a_long_rollout_logs_its_progress(tiny, caplog):
+    """Every ``progress_every`` seconds a line says the turn, how many still play and how many won."""
+    import logging
+
+    model, tok = tiny
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    for every, expect_lines in ((0.0, True), (None, False)):
+        caplog.clear()
+        loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, history_window=1, max_turns=3, progress_every=every)
+        with caplog.at_level(logging.INFO, logger="arl.agent.loop"):
+            torch.manual_seed(0)
+            episodes = loop.run([Task(0, 11)], group_size=2, params=params)
+        lines = [r.getMessage() for r in caplog.records if r.name == "arl.agent.loop" and r.getMessage().startswith("rollout:")]
+        assert bool(lines) == expect_lines
+        if expect_lines:
+            playing = sum(1 for ep in episodes if ep.num_turns > 1)
+            assert lines[0].startswith(f"rollout: turn 1/3 | {playing} of 2 episodes still playing, 0 won | ")

@@ -73,6 +73,7 @@ class AgentLoop:
         sample_mode: str = "turn",
         n_workers: int = 0,
         step_timeout: float = 60.0,
+        progress_every: float | None = 60.0,
     ):
         if sample_mode not in SAMPLE_MODES:
             raise ValueError(f"sample_mode={sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
@@ -87,6 +88,7 @@ class AgentLoop:
         self.max_prompt_tokens = max_prompt_tokens
         self.last_stats = RolloutStats()
         self.sample_mode = sample_mode
+        self.progress_every = progress_every  # seconds between progress lines of a long run (None: silent)
         self.template: TrajectoryTemplate | None = None
         if sample_mode == "trajectory":
             template = TrajectoryTemplate(tokenizer)
@@ -127,6 +129,7 @@ class AgentLoop:
         infos: list[dict[str, Any]] = []
         histories: list[list[HistoryItem]] = []
         active: list[int] = []
+        shown = t0
         for slot, (task, (o, info, err)) in enumerate(zip([t for t in tasks for _ in range(group_size)], starts)):
             episodes.append(
                 Episode(
@@ -208,6 +211,12 @@ class AgentLoop:
                     infos[slot] = {**infos[slot], **result.info}
                     still_active.append(slot)
             active = still_active
+            if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
+                shown = time.perf_counter()
+                log.info(
+                    "rollout: turn %d/%d | %d of %d episodes still playing, %d won | %.0fs",
+                    _turn + 1, self.max_turns, len(active), len(episodes), sum(ep.won for ep in episodes), shown - t0,
+                )
         self.pool.close_slots()
         stats.seconds = time.perf_counter() - t0
         self.last_stats = stats
