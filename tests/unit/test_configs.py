@@ -71,6 +71,28 @@ def test_cpu_small_undoes_every_gpu_setting(env):
                   "bc.dagger.enabled=false", "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
 
 
+@pytest.mark.parametrize("env", ENVS)
+def test_cpu_pretrained_is_cpu_small_with_smollm2_and_its_bc_budget(env):
+    """debug=cpu_pretrained changes the model and the BC/validation budgets, nothing else of cpu_small."""
+    from omegaconf import OmegaConf
+
+    pre = compose([f"experiment=bc_{env}", "debug=cpu_pretrained"])
+    validate_config(pre)
+    block = pre.env.cpu_pretrained
+    assert pre.model.name == "smollm2_135m" and pre.model.path is None and pre.model.dtype == "float32"
+    assert (pre.bc.episodes, pre.bc.epochs, pre.bc.batch_size, pre.bc.optimizer.lr) == (block.bc_episodes, 1, 4, 1e-4)
+    assert not pre.bc.bootstrap.enabled and not pre.bc.dagger.enabled
+    assert (pre.rollout.val_episodes, pre.rollout.max_new_tokens, pre.env.max_turns) == (
+        block.val_episodes, block.max_new_tokens, block.max_turns)
+    small = OmegaConf.to_container(compose([f"experiment=bc_{env}", "debug=cpu_small"]), resolve=True)
+    pre = OmegaConf.to_container(pre, resolve=True)
+    changed = {("model",), ("bc",), ("rollout", "val_episodes"), ("rollout", "max_new_tokens"), ("env", "max_turns")}
+    for top in ("env", "rollout", "trainer", "algo", "rl"):
+        for key in set(small[top]) | set(pre[top]):
+            if (top,) not in changed and (top, key) not in changed:
+                assert small[top].get(key) == pre[top].get(key), f"{top}.{key}"
+
+
 def test_bc_experiments_stop_after_behaviour_cloning():
     cfg = compose(["experiment=bc_webshop", "debug=cpu_small"])
     assert cfg.bc.enabled and cfg.bc.bootstrap.enabled and cfg.bc.val_untrained and not cfg.rl.enabled
