@@ -55,7 +55,8 @@ def test_same_seed_same_group_start_and_greedy_determinism(tiny):
 
 
 def test_engine_device_auto_and_explicit(tiny):
-    """``auto`` is the GPU when there is one (else wherever the model is); a named device is used."""
+    """``auto`` is the GPU when there is one (else wherever the model is). On a CPU-only machine the
+    move itself cannot be exercised: a named device the model is already on changes nothing."""
     from arl.rollout.hf_engine import resolve_device
 
     assert resolve_device(None) is None

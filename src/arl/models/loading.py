@@ -47,18 +47,15 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
         return str(ensure_smollm2(model_cfg.get("cache_dir"), model_cfg.get("gguf_file"))), None
     if not path:
         raise ValueError(f"model.path must be set for model.name={name!r} (an HF folder or a hub id)")
+    from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder
+
     gguf = model_cfg.get("gguf_file")
-    if name == "smollm2_135m":  # a folder holding the SmolLM2 GGUF (a copy of the package's file)
-        from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder
-
-        file = Path(str(path)) / (gguf or GGUF_NAME)
-        if file.is_file():
-            return str(cached_gguf_folder(file, "smollm2-135m", model_cfg.get("cache_dir"), SMOLLM2_CHAT_TEMPLATE)), None
-    if gguf and (Path(str(path)) / gguf).is_file():
-        from arl.models.smollm2 import cached_gguf_folder
-
-        stem = Path(gguf).stem.lower().replace(".", "-")
-        return str(cached_gguf_folder(Path(str(path)) / gguf, stem, model_cfg.get("cache_dir"))), None
+    smollm2 = name == "smollm2_135m"  # its folder may hold a copy of the package's GGUF (the default name)
+    file = Path(str(path)) / (gguf or (GGUF_NAME if smollm2 else ""))
+    if (gguf or smollm2) and file.is_file():
+        prefix = "smollm2-135m" if smollm2 else Path(file.name).stem.lower().replace(".", "-")
+        template = SMOLLM2_CHAT_TEMPLATE if smollm2 else None
+        return str(cached_gguf_folder(file, prefix, model_cfg.get("cache_dir"), template)), None
     return str(path), gguf
 
 
