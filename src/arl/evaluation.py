@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
+from arl.agent.records import Episode
 from arl.datamodules.rollout_datamodule import validation_batches
 from arl.utils.logging import console, results_table
 
@@ -28,13 +30,37 @@ def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     return model, tokenizer
 
 
-def run_validation(loop, rollout: dict[str, Any]) -> dict[str, float]:
-    """Greedy (``val_temperature``) episodes on the held-out seeds, group size 1."""
+def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = None) -> dict[str, float]:
+    """Greedy (``val_temperature``) episodes on the held-out seeds, group size 1; with
+    ``episodes_path``, each episode is also written there as a JSON line (:func:`episode_record`)."""
     from arl.pipeline import sampling_params
 
     params = sampling_params(rollout, validation=True)
     batches = validation_batches(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]))
-    return episode_metrics([e for b in batches for e in b.episodes], "val/")
+    episodes = [e for b in batches for e in b.episodes]
+    if episodes_path is not None:
+        episodes_path.parent.mkdir(parents=True, exist_ok=True)
+        with episodes_path.open("w") as f:
+            f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
+    return episode_metrics(episodes, "val/")
+
+
+def episode_record(episode: Episode) -> dict[str, Any]:
+    """One played episode as text, to read turn by turn: what the policy answered, the action
+    parsed from it, whether it was valid (and why not) and the reward, per turn."""
+    return {
+        "episode_id": episode.episode_id,
+        "seed": episode.seed,
+        "task_type": episode.task_type,
+        "won": episode.won,
+        "score": episode.score,
+        "return": episode.ret,
+        "env_error": episode.env_error,
+        "turns": [
+            {"response": t.response_text, "action": t.action, "valid": t.valid, "reason": t.reason, "reward": t.reward}
+            for t in episode.turns
+        ],
+    }
 
 
 def run_config_file(ckpt: Path) -> Path | None:
@@ -44,16 +70,37 @@ def run_config_file(ckpt: Path) -> Path | None:
     return path if path.exists() else None
 
 
-def _cli_overrides():
-    """The command-line overrides of this eval run (they win over the run's config)."""
+RUN_SECTIONS = ("model", "env")  # taken whole from the run that wrote the checkpoint
+RUN_ROLLOUT_KEYS = ("max_new_tokens", "max_prompt_tokens", "sample_mode", "stop")  # how its episodes were played
+
+
+def _is_run_key(dotted: str) -> bool:
+    parts = dotted.lstrip("+~").split(".")
+    return parts[0] in RUN_SECTIONS or (parts[0] == "rollout" and len(parts) > 1 and parts[1] in RUN_ROLLOUT_KEYS)
+
+
+def _cli_overrides() -> list[str]:
+    """The command-line overrides of this eval run (``key=value``)."""
     from hydra.core.hydra_config import HydraConfig
 
     try:
-        overrides = HydraConfig.get().overrides.task
+        return list(HydraConfig.get().overrides.task)
     except ValueError:  # not under @hydra.main (tests)
-        return OmegaConf.create()
-    keep = [o for o in overrides if o.split("=")[0].split(".")[0] in ("env", "model")]
-    return OmegaConf.from_dotlist(keep)
+        return []
+
+
+def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``c`` (the resolved eval config) with the settings of the run that wrote the checkpoint: its
+    ``model`` and ``env`` sections and the rollout keys that shape an episode (answer length,
+    prompt budget, sample mode, stop strings), so a policy is validated as its run validated it
+    (a 128-token ALFWorld answer cut at the eval default of 32 would be an invalid action). Those
+    keys given on the command line (``overrides``) still win."""
+    out = dict(c)
+    for key in RUN_SECTIONS:
+        out[key] = run_cfg[key]
+    out["rollout"] = {**c["rollout"], **{k: run_cfg["rollout"][k] for k in RUN_ROLLOUT_KEYS if k in run_cfg.get("rollout", {})}}
+    mine = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if "=" in o and _is_run_key(o.split("=", 1)[0])])
+    return OmegaConf.to_container(OmegaConf.merge(out, mine), resolve=True)
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
@@ -67,9 +114,7 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     run_cfg_file = run_config_file(ckpt)
     if cfg.use_run_config and run_cfg_file is not None:
         run_cfg = OmegaConf.to_container(OmegaConf.load(run_cfg_file), resolve=False)
-        for key in ("model", "env"):
-            c[key] = run_cfg[key]
-        c = OmegaConf.to_container(OmegaConf.merge(c, _cli_overrides()), resolve=True)
+        c = with_run_config(c, run_cfg, _cli_overrides())
     L.seed_everything(int(c["seed"]))
     if ckpt.is_dir():
         model, tokenizer = load_policy(ckpt, c["model"].get("dtype", "float32"))
@@ -77,10 +122,13 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
         model, tokenizer = load_checkpoint_policy(ckpt, c["model"])
     model.eval()
     loop = build_agent_loop(c, build_engine(c["rollout"], model, tokenizer), tokenizer)
-    metrics = run_validation(loop, c["rollout"])
+    episodes_path = Path(c["paths"]["output_dir"]) / "val_episodes.jsonl" if c.get("save_episodes") else None
+    metrics = run_validation(loop, c["rollout"], episodes_path)
     loop.close()
     rows = [(k, f"{v:.3f}") for k, v in metrics.items()]
     rows.insert(0, ("policy", str(ckpt)))
     rows.insert(1, ("episodes", str(c["rollout"]["val_episodes"])))
+    if episodes_path is not None:
+        rows.insert(2, ("episodes, turn by turn", str(episodes_path)))
     console.print(results_table(f"validation on {c['env']['name']}", rows))
     return metrics

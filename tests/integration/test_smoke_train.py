@@ -1,5 +1,6 @@
 """The whole pipeline through real Lightning Trainers: BC, RL, validation, export, eval."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,12 @@ def test_eval_cli_on_the_run(smoke_run):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "val/success_rate" in proc.stdout
+    # every episode, turn by turn, in the eval run's folder
+    (path,) = (out / "eval_logs").rglob("val_episodes.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(records) == 4 and all(r["turns"] for r in records)
+    turn = records[0]["turns"][0]
+    assert set(turn) == {"response", "action", "valid", "reason", "reward"} and isinstance(turn["response"], str)
 
 
 def test_trajectory_mode_with_env_workers_trains(tmp_path):

@@ -1,0 +1,34 @@
+"""``src/eval.py`` on a run's checkpoint plays episodes as that run did (``with_run_config``)."""
+
+from omegaconf import OmegaConf
+
+from arl.evaluation import with_run_config
+from arl_testing import compose
+
+
+def _configs(tmp_path):
+    run = compose(["experiment=bc_alfworld", "debug=cpu_small"], output_dir=str(tmp_path / "run"))
+    run_cfg = OmegaConf.to_container(run, resolve=False)  # as the run's .hydra/config.yaml holds it
+    evl = compose(["ckpt_path=x", "rollout.val_temperature=0.4"], config_name="eval.yaml", output_dir=str(tmp_path / "e"))
+    return OmegaConf.to_container(evl, resolve=True), run_cfg
+
+
+def test_eval_takes_the_runs_model_env_and_episode_budgets(tmp_path):
+    c, run_cfg = _configs(tmp_path)
+    assert c["env"]["name"] == "sokoban" and c["rollout"]["max_new_tokens"] == 32  # eval's own defaults
+    out = with_run_config(c, run_cfg, ["ckpt_path=x", "rollout.val_temperature=0.4"])
+    assert out["env"]["name"] == "alfworld" and out["env"]["kwargs"]["prompt_style"] == "compact"
+    assert out["model"]["name"] == "tiny"
+    # the ALFWorld answer budget of the run (expert answers take up to 116 tokens), not eval's 32
+    assert out["rollout"]["max_new_tokens"] == 128 and out["rollout"]["max_prompt_tokens"] == 2048
+    # what is the eval's to choose stays the eval's
+    assert out["rollout"]["val_temperature"] == 0.4 and out["rollout"]["val_episodes"] == c["rollout"]["val_episodes"]
+    assert out["ckpt_path"] == "x" and out["seed"] == c["seed"]
+
+
+def test_command_line_still_wins_over_the_run(tmp_path):
+    c, run_cfg = _configs(tmp_path)
+    out = with_run_config(c, run_cfg, ["rollout.max_new_tokens=64", "env.max_turns=7", "rollout.val_episodes=3"])
+    assert out["rollout"]["max_new_tokens"] == 64 and out["env"]["max_turns"] == 7
+    # val_episodes is not a run key: the composed eval config already holds the command line's value
+    assert out["rollout"]["val_episodes"] == c["rollout"]["val_episodes"]
