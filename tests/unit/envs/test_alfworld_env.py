@@ -130,20 +130,6 @@ def test_compact_prompt():
     assert lines[2] == "Actions: " + " | ".join(info["admissible_actions"])
     assert lines[3] == "Answer <think>...</think><action>one of the actions</action>."
     assert len(prompt) < len(_env().spec.render_prompt(obs, "", info))
-    # an inadmissible action answers only "Nothing happens.": the prompt shows again what the agent
-    # last saw where it stands, until the next admissible action replaces it
-    place = next(a for a in info["admissible_actions"] if a.startswith("go to "))
-    arrived = env.step(place)
-    assert arrived.info["view"] == arrived.observation and "Still here" not in env.spec.render_prompt(
-        arrived.observation, "", arrived.info
-    )
-    for _ in range(2):
-        nothing = env.step(place)  # already there: not admissible
-        assert nothing.observation == "Nothing happens." and nothing.info["view"] == arrived.observation
-        lines = env.spec.render_prompt(nothing.observation, "Previous actions: x", nothing.info).split("\n")
-        assert lines[2:4] == ["Observation: Nothing happens.", f"Still here: {arrived.observation}"]
-    looked = env.step("look")
-    assert looked.info["view"] == looked.observation != arrived.observation
     env.close()
     with pytest.raises(ValueError, match="prompt_style"):
         _env(prompt_style="verbose")

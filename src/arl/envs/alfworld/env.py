@@ -20,9 +20,7 @@ offered (as in verl-agent's prompt) and counts as inadmissible.
 ``info``: ``task`` (the goal text, e.g. ``put a clean mug in coffeemachine``), ``task_type`` (one
 of the six ALFWorld types), ``admissible_actions``, ``won``, ``score`` (1.0 when won), ``anchor``
 (the observation plus the sorted admissible commands: what the agent can tell about the state),
-``steps``, ``gamefile``, ``action_is_admissible``, ``view`` (the answer to the last admissible
-command, or the intro: what the agent last saw where it stands; an inadmissible command's
-``Nothing happens.`` hides it, and the compact prompt shows it again).
+``steps``, ``gamefile``, ``action_is_admissible``.
 """
 
 from __future__ import annotations
@@ -142,7 +140,6 @@ class AlfWorldEnv:
         )
         self._engine = None
         self._state: EngineState | None = None
-        self._view = ""  # what the agent last saw where it stands (info["view"])
         self._trace: list[tuple[str, EngineState]] = []
         self._tracker: ExpertTracker | None = None
         self._start: EngineState | None = None
@@ -220,7 +217,6 @@ class AlfWorldEnv:
         self.task_type = str(self.traj.get("task_type", ""))
         self.task = task_from_intro(state.feedback)
         self._state = self._start = state
-        self._view = state.feedback
         self._trace = []
         self._tracker = None
         self.steps = 0
@@ -238,8 +234,6 @@ class AlfWorldEnv:
         state = self._engine.step(command)
         self._trace.append((command, state))
         self._state = state
-        if admissible:
-            self._view = state.feedback
         self.steps += 1
         reward = WIN_REWARD if state.won and not self.won else 0.0
         self.won = self.won or bool(state.won)
@@ -293,7 +287,6 @@ class AlfWorldEnv:
             "steps": self.steps,
             "gamefile": self.gamefile,
             "action_is_admissible": admissible,
-            "view": self._view,
         }
         self.last_info = info
         return info

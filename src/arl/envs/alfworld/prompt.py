@@ -9,10 +9,7 @@ agent loop renders (``env.history_window`` turns, with observations when
 
 ``compact`` keeps what a small model needs to act (task, history, observation, admissible
 actions, answer format) without the prose, and drops the ``-= Welcome to TextWorld, ALFRED! =-``
-banner and the task line from the first observation (the task is in the header). After an
-inadmissible action the observation is only ``Nothing happens.``; the compact prompt then adds a
-``Still here:`` line with what the agent last saw (the env's ``view``), so a model that sees no
-past observations (``env.show_observations=false``) does not lose track of where it stands.
+banner and the task line from the first observation (the task is in the header).
 """
 
 from __future__ import annotations
@@ -98,9 +95,6 @@ def render_compact_prompt(observation: str, history_text: str, info: dict[str, A
     if history_text and history_text.strip():
         parts.append(history_text.strip())
     parts.append(f"Observation: {strip_intro(observation)}")
-    view = info.get("view")
-    if info.get("action_is_admissible") is False and view:
-        parts.append(f"Still here: {strip_intro(view)}")
     parts.append(f"Actions: {actions}")
     parts.append("Answer <think>...</think><action>one of the actions</action>.")
     return "\n".join(parts)
