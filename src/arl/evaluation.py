@@ -75,7 +75,7 @@ RUN_ROLLOUT_KEYS = ("max_new_tokens", "max_prompt_tokens", "sample_mode", "stop"
 
 
 def _is_run_key(dotted: str) -> bool:
-    parts = dotted.lstrip("+~").split(".")
+    parts = dotted.lstrip("+").split(".")
     return parts[0] in RUN_SECTIONS or (parts[0] == "rollout" and len(parts) > 1 and parts[1] in RUN_ROLLOUT_KEYS)
 
 

@@ -30,5 +30,6 @@ def test_command_line_still_wins_over_the_run(tmp_path):
     c, run_cfg = _configs(tmp_path)
     out = with_run_config(c, run_cfg, ["rollout.max_new_tokens=64", "env.max_turns=7", "rollout.val_episodes=3"])
     assert out["rollout"]["max_new_tokens"] == 64 and out["env"]["max_turns"] == 7
-    # val_episodes is not a run key: the composed eval config already holds the command line's value
+    # only the run's keys are re-applied; val_episodes is the eval's own (composition applies it), so
+    # the "3" here, absent from the composed eval config, is left alone
     assert out["rollout"]["val_episodes"] == c["rollout"]["val_episodes"]
