@@ -31,6 +31,9 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval.yaml")
 def main(cfg: DictConfig) -> float:
+    from arl.utils.threads import configure_threads
+
+    configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.evaluation import evaluate_from_config
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()

@@ -26,12 +26,14 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
     from arl.utils.config import ConfigError, validate_config
+    from arl.utils.threads import configure_threads
 
     try:
         validate_config(cfg)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+    configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.pipeline import train
 
     try:

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
-from arl.datamodules.rollout_datamodule import validation_batches
+from arl.datamodules.rollout_datamodule import validation_batches, with_protocol_names
 from arl.utils.logging import console, results_table
 
 
@@ -30,19 +30,21 @@ def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     return model, tokenizer
 
 
-def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = None) -> dict[str, float]:
-    """Greedy (``val_temperature``) episodes on the held-out seeds, group size 1; with
-    ``episodes_path``, each episode is also written there as a JSON line (:func:`episode_record`)."""
+def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = None, seed: int = 0) -> dict[str, float]:
+    """Episodes on the held-out seeds, group size 1, sampled with the ``val_*`` keys (greedy when
+    ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
+    copy. With ``episodes_path``, each episode is also written there as a JSON line
+    (:func:`episode_record`)."""
     from arl.pipeline import sampling_params
 
     params = sampling_params(rollout, validation=True)
-    batches = validation_batches(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]))
+    batches = validation_batches(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
     episodes = [e for b in batches for e in b.episodes]
     if episodes_path is not None:
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
-    return episode_metrics(episodes, "val/")
+    return with_protocol_names(episode_metrics(episodes, "val/"), params)
 
 
 def episode_record(episode: Episode) -> dict[str, Any]:
@@ -103,9 +105,16 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
     return OmegaConf.to_container(OmegaConf.merge(out, mine), resolve=True)
 
 
+def describe_sampling(params) -> str:
+    """``greedy`` or ``T 0.6, top-p 0.95, top-k 20``: how validation sampled, for tables."""
+    if params.temperature <= 0:
+        return "greedy"
+    return f"T {params.temperature:g}, top-p {params.top_p:g}, top-k {params.top_k}"
+
+
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     from arl.models.loading import load_policy
-    from arl.pipeline import build_agent_loop, build_engine
+    from arl.pipeline import build_agent_loop, build_engine, sampling_params
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if not ckpt.exists():
@@ -123,12 +132,13 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     model.eval()
     loop = build_agent_loop(c, build_engine(c["rollout"], model, tokenizer), tokenizer)
     episodes_path = Path(c["paths"]["output_dir"]) / "val_episodes.jsonl" if c.get("save_episodes") else None
-    metrics = run_validation(loop, c["rollout"], episodes_path)
+    metrics = run_validation(loop, c["rollout"], episodes_path, seed=int(c["seed"]))
     loop.close()
-    rows = [(k, f"{v:.3f}") for k, v in metrics.items()]
+    rows = [(k, f"{v:.3f}") for k, v in metrics.items() if k.startswith("val/")]
     rows.insert(0, ("policy", str(ckpt)))
     rows.insert(1, ("episodes", str(c["rollout"]["val_episodes"])))
+    rows.insert(2, ("sampling", describe_sampling(sampling_params(c["rollout"], validation=True))))
     if episodes_path is not None:
-        rows.insert(2, ("episodes, turn by turn", str(episodes_path)))
+        rows.insert(3, ("episodes, turn by turn", str(episodes_path)))
     console.print(results_table(f"validation on {c['env']['name']}", rows))
     return metrics

@@ -26,7 +26,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from arl.agent.loop import AgentLoop
-from arl.callbacks import IterationLog, WeightSync
+from arl.callbacks import IterationLog, ThreadRebalance, WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.datamodules.sft_datamodule import SFTDataModule
@@ -47,11 +47,13 @@ def _container(cfg: Any) -> dict[str, Any]:
 
 
 def sampling_params(rollout: dict[str, Any], validation: bool = False) -> SamplingParams:
-    """Sampling parameters of the ``rollout`` config (greedy when the temperature is 0)."""
+    """Sampling parameters of the ``rollout`` config (greedy when the temperature is 0); with
+    ``validation`` the ``val_*`` keys (the paper's T 0.6, top-p 0.95, top-k 20 by default)."""
+    prefix = "val_" if validation else ""
     return SamplingParams(
-        temperature=float(rollout["val_temperature"] if validation else rollout["temperature"]),
-        top_p=float(rollout["top_p"]),
-        top_k=int(rollout["top_k"]),
+        temperature=float(rollout[f"{prefix}temperature"]),
+        top_p=float(rollout.get(f"{prefix}top_p", rollout["top_p"])),
+        top_k=int(rollout.get(f"{prefix}top_k", rollout["top_k"])),
         max_new_tokens=int(rollout["max_new_tokens"]),
         stop=tuple(rollout.get("stop", ["</action>"])),
     )
@@ -141,7 +143,7 @@ def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purg
     rollback); Lightning moves checkpoint callbacks to the end.
     """
     extra = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c and stage == "rl"]
-    head = [c for c in callbacks if not isinstance(c, WeightSync)]
+    head = [ThreadRebalance()] + [c for c in callbacks if not isinstance(c, WeightSync)]
     tail = [c for c in callbacks if isinstance(c, WeightSync)]
     tcfg = _container(cfg.trainer)
     strategy = build_strategy(tcfg, model)
@@ -210,7 +212,7 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
     engine = loop.engine
     results: dict[str, Any] = {}
     if bc.get("val_untrained"):
-        results["bc/val_success_untrained"] = run_validation(loop, c["rollout"])["val/success_rate"]
+        results["bc/val_success_untrained"] = run_validation(loop, c["rollout"], seed=seed)["val/success_rate"]
         console.print(f"behaviour cloning: the untrained policy succeeds on {results['bc/val_success_untrained']:.3f} of validation")
 
     def fit(items, epochs: int):
@@ -320,11 +322,42 @@ def checkpoint_iteration(path: Path) -> int:
     return int(state.get("arl", {}).get("iteration", 0))
 
 
+def loss_horizon(c: dict[str, Any]) -> int:
+    """H of ``seq-mean-token-sum-norm``: ``algo.loss.horizon``, else the generation budget of one
+    sample (``rollout.max_new_tokens``; times ``env.max_turns`` for a whole-episode sample)."""
+    if c["algo"]["loss"].get("horizon") is not None:
+        return int(c["algo"]["loss"]["horizon"])
+    budget = int(c["rollout"]["max_new_tokens"])
+    if c["rollout"].get("sample_mode", "turn") == "trajectory":
+        budget *= int(c["env"].get("max_turns") or 1)
+    return budget
+
+
+def reuse_rollout_log_probs(c: dict[str, Any]) -> bool:
+    """Whether ``old_log_probs`` may be the rollout's own (``rl.old_log_probs``).
+
+    ``auto`` reuses them where they are what a trainer pass would compute: the transformers
+    engine (it generates with the policy module itself, or a copy synced after every update)
+    in fp32 with fp32 training, and no rollout correction (which measures exactly that gap).
+    """
+    mode = str(c["rl"].get("old_log_probs", "auto"))
+    if mode != "auto":
+        return mode == "rollout"
+    precision = str(c["trainer"].get("precision", "32-true"))
+    return (
+        c["rollout"]["engine"] == "hf"
+        and str(c["model"].get("dtype", "float32")) in ("float32", "fp32")
+        and precision in ("32", "32-true")
+        and not c["algo"]["rollout_correction"]["enabled"]
+    )
+
+
 def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
     """The RL LightningModule; the frozen reference exists only when ``algo.kl.coef > 0``."""
     c = _container(cfg)
     algo, rl = c["algo"], c["rl"]
     reference = copy.deepcopy(model) if float(algo["kl"]["coef"]) > 0 else None
+    algo = {**algo, "loss": {**algo["loss"], "horizon": loss_horizon(c)}}
     return AgenticRLModule(
         model,
         reference,
@@ -333,10 +366,12 @@ def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
         instantiate(cfg.rl.optimizer),
         ppo_epochs=int(rl["ppo_epochs"]),
         mini_batches=int(rl["mini_batches"]),
+        mini_batch_size=rl.get("mini_batch_size"),
         micro_token_budget=int(rl["micro_token_budget"]),
         grad_clip=float(rl["grad_clip"]),
         warmup_steps=int(rl["warmup_steps"]),
         temperature=float(c["rollout"]["temperature"]) or 1.0,
+        reuse_rollout_log_probs=reuse_rollout_log_probs(c),
         sharding=c["trainer"].get("sharding"),
     )
 
@@ -405,6 +440,8 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         seed=int(c["seed"]),
         max_rollout_rounds=int(algo["filter"]["max_rollout_rounds"]),
         group_filter=None if algo["filter"]["name"] == "none" else module.group_filter,
+        filter_cold_start=int(algo["filter"].get("cold_start", 0)),
+        fill_last_round=bool(algo["filter"].get("fill_last_round", True)),
     )
     trainer = build_trainer(
         cfg, "rl", [IterationLog(), WeightSync(engine)], model=model,
@@ -446,7 +483,7 @@ def _finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop,
 
     from arl.evaluation import run_validation
 
-    val = run_validation(loop, c["rollout"])
+    val = run_validation(loop, c["rollout"], seed=int(c["seed"]))
     results["val_after_bc"] = val
     loop.close()
     if callable(getattr(engine, "close", None)):

@@ -49,7 +49,8 @@ def test_bc_stage_writes_dataset_policy_and_results(bc_run, tiny):
 
 
 def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
-    """model.init_from skips BC; the greedy validation before RL replays the BC run's validation."""
+    """model.init_from skips BC; the validation before RL replays the BC run's validation (the same
+    seeds sample the same episodes; torchmetrics sums in float32)."""
     from arl.pipeline import train
 
     out, results = bc_run
@@ -58,7 +59,7 @@ def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
     rl = train(cfg)
     assert not any(k.startswith("bc/") for k in rl)
     assert rl["val_before_rl"]["val/success_rate"] == results["val_after_bc"]["val/success_rate"]
-    assert rl["val_before_rl"]["val/valid_action_ratio"] == results["val_after_bc"]["val/valid_action_ratio"]
+    assert rl["val_before_rl"]["val/valid_action_ratio"] == pytest.approx(results["val_after_bc"]["val/valid_action_ratio"], rel=1e-6)
     assert rl["iterations_done"] == 1
 
 

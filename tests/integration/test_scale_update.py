@@ -147,3 +147,49 @@ def test_non_finite_loss_is_skipped_and_counted(episodes):
     assert all(p.grad is None for p in module.policy.parameters())
     assert not trainer.optimizers[0].state  # no optimiser step was taken
     assert trainer.global_step == 0
+
+
+# ---------------------------------------------------------------------- the protocol (issue 20)
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_every_aggregation_gives_the_same_step_whatever_the_micro_batch_split(agg, episodes):
+    """seq-mean-token-sum-norm divided by the padded width of each micro-batch (its H), so the
+    step depended on rl.micro_token_budget; H is now a constant (the generation budget)."""
+    budgets = _budgets(episodes)
+    runs = [sh.run_update(compose(sh.UPDATE_OVERRIDES + [f"rl.micro_token_budget={b}", f"algo.loss.agg={agg}"]), episodes)
+            for b in (budgets[0], budgets[2])]
+    scale = max(float(g.abs().max()) for g in runs[0]["grads"].values() if g is not None)
+    assert scale > 0
+    assert _max_diff(runs[0]["grads"], runs[1]["grads"]) <= 1e-5 * scale
+    assert runs[1]["metrics"]["actor/grad_norm"] == pytest.approx(runs[0]["metrics"]["actor/grad_norm"], rel=1e-5)
+    assert runs[1]["metrics"]["actor/pg_loss"] == pytest.approx(runs[0]["metrics"]["actor/pg_loss"], rel=1e-5, abs=1e-6)
+
+
+def test_the_official_mini_batch_size_makes_steps_follow_the_sample_count(episodes):
+    """rl.mini_batch_size (the official ppo_mini_batch_size) fixes the samples per optimiser step:
+    ceil(samples / size) steps per rollout, so a rollout with more turns makes more steps."""
+    from arl.agent.samples import build_samples
+
+    n = len(build_samples(episodes, "turn")[0])
+    size = max(1, n // 3)
+    res = sh.run_update(compose(sh.UPDATE_OVERRIDES + [f"rl.mini_batch_size={size}"]), episodes)
+    assert res["metrics"]["actor/optimizer_steps"] == -(-n // size) >= 3
+    half = [e for e in episodes if e.group_id < 2]
+    n_half = len(build_samples(half, "turn")[0])
+    res_half = sh.run_update(compose(sh.UPDATE_OVERRIDES + [f"rl.mini_batch_size={size}"]), half)
+    assert res_half["metrics"]["actor/optimizer_steps"] == -(-n_half // size) < res["metrics"]["actor/optimizer_steps"]
+    # the fixed count ignores the rollout's size
+    fixed = sh.run_update(compose(sh.UPDATE_OVERRIDES + ["rl.mini_batches=2"]), episodes)
+    assert fixed["metrics"]["actor/optimizer_steps"] == 2
+
+
+def test_reusing_the_rollout_log_probs_gives_the_recomputed_step(episodes):
+    """Off-policy steps (2 mini-batches: the second one's ratio is not 1) with pi_old taken from
+    the transformers engine's own log-probs equal those with a trainer pass, to float noise
+    (the engine scores left-padded batches with a KV cache)."""
+    runs = {mode: sh.run_update(compose(sh.UPDATE_OVERRIDES + ["rl.mini_batches=2", f"rl.old_log_probs={mode}"]), episodes)
+            for mode in ("rollout", "recompute")}
+    assert runs["recompute"]["metrics"]["is/rollout_mean_abs_diff"] < 1e-4  # the two agree
+    assert not any(k.startswith("is/rollout_") for k in runs["rollout"]["metrics"])
+    scale = max(float(w.abs().max()) for w in runs["recompute"]["weights"].values())
+    assert _max_diff(runs["rollout"]["weights"], runs["recompute"]["weights"]) <= 1e-4 * scale
+    assert runs["rollout"]["metrics"]["actor/grad_norm"] == pytest.approx(runs["recompute"]["metrics"]["actor/grad_norm"], rel=1e-3)

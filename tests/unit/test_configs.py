@@ -55,9 +55,18 @@ def test_every_experiment_validates_under_cpu_small(experiment):
     assert list(cfg.model.tiny.corpus_envs) == [cfg.env.name] and cfg.model.tiny.vocab_size == cfg.env.cpu_small.vocab_size
 
 
+def _leaves(node, prefix=()):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _leaves(v, (*prefix, k))
+    else:
+        yield prefix, node
+
+
 @pytest.mark.parametrize("env", ENVS)
 def test_cpu_small_undoes_every_gpu_setting(env):
-    """experiment=<m>_<env> debug=cpu_small is exactly algo=<m> env=<env> debug=cpu_small."""
+    """experiment=<m>_<env> debug=cpu_small is exactly algo=<m> env=<env> debug=cpu_small plus the
+    env's official protocol (presets/protocol_<env>.yaml), minus the budgets cpu_small sets itself."""
     from omegaconf import OmegaConf
 
     def plain(overrides):
@@ -66,7 +75,21 @@ def test_cpu_small_undoes_every_gpu_setting(env):
             c.pop(key)
         return c
 
-    assert plain([f"experiment=gigpo_{env}", "debug=cpu_small"]) == plain(["algo=gigpo", f"env={env}", "debug=cpu_small"])
+    protocol = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "presets" / f"protocol_{env}.yaml"))
+    debug = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "debug" / "cpu_small.yaml"))
+    debug_keys = {path for path, _ in _leaves(debug)}
+    expected = plain(["algo=gigpo", f"env={env}", "debug=cpu_small"])
+    applied = 0
+    for path, value in _leaves(protocol):
+        if path in debug_keys:
+            continue
+        node = expected
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        applied += 1
+    assert applied > 0  # the protocol reaches the CPU runs (GiGPO's norm, the DAPO cold start, validation sampling)
+    assert plain([f"experiment=gigpo_{env}", "debug=cpu_small"]) == expected
     assert plain([f"experiment=bc_{env}", "debug=cpu_small", "bc.val_untrained=false", "bc.bootstrap.enabled=false",
                   "bc.dagger.enabled=false", "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
 
@@ -264,3 +287,89 @@ def test_the_sweep_subdir_goes_through_arl_dirname():
     assert "${arl_dirname:${hydra.job.override_dirname}}" in (ROOT / "configs" / "hydra" / "default.yaml").read_text()
     c = OmegaConf.create({"name": "k=v," * 100, "subdir": "${arl_dirname:${name}}"})
     assert len(c.subdir.encode()) <= 200 and c.subdir.startswith("k=v,k=v")
+
+
+# ------------------------------------------------------------------- the official protocol per env
+@pytest.mark.parametrize("env,norm,mini_batch_size,cold_start,val_every,val_episodes", [
+    ("alfworld", "mean_std_norm", 256, 15, 5, 128),    # examples/embody_agent_trainer/train_alfworld_{gigpo,dapo,grpo}.sh
+    ("webshop", "mean_norm", 128, 15, 10, 256),        # examples/shop_agent_trainer/Qwen3_4B/train_{gigpo,grpo}.sh
+    ("sokoban", "mean_std_norm", 64, 0, 5, 128),       # examples/game_agent_trainer/train_gigpo_ablation.sh
+    ("math_tool", "mean_norm", None, 0, 10, 128),      # examples/math_trainer/4B: 4 steps a rollout
+])
+def test_paper_experiments_follow_the_official_protocol(env, norm, mini_batch_size, cold_start, val_every, val_episodes):
+    for method in ("sampo", "gigpo", "dapo_gigpo", "dapo_grpo", "grpo"):
+        cfg = compose([f"experiment={method}_{env}"])
+        assert cfg.algo.advantage.norm == norm, method
+        assert cfg.rl.mini_batch_size == mini_batch_size and cfg.algo.filter.cold_start == cold_start
+        assert (cfg.rl.val_every, cfg.rollout.val_episodes) == (val_every, val_episodes)
+        if mini_batch_size is None:
+            assert cfg.rl.mini_batches == 4
+        # the paper's validation sampling (math: its own top-p 0.7, no top-k)
+        expected = (0.6, 0.7, 0) if env == "math_tool" else (0.6, 0.95, 20)
+        assert (cfg.rollout.val_temperature, cfg.rollout.val_top_p, cfg.rollout.val_top_k) == expected
+        # what is scale goes back to the CPU budget, what is protocol stays
+        small = compose([f"experiment={method}_{env}", "debug=cpu_small"])
+        assert small.rl.mini_batch_size is None and small.rl.mini_batches == 2
+        assert small.algo.advantage.norm == norm and small.algo.filter.cold_start == cold_start
+
+
+def test_per_method_clips_of_the_official_scripts():
+    for env, clip in (("alfworld", (3e-4, 4e-4)), ("webshop", (3e-2, 4e-2)), ("math_tool", (3e-3, 4e-3)), ("sokoban", (3e-3, 4e-3))):
+        loss = compose([f"experiment=gspo_{env}"]).algo.loss
+        assert (loss.clip_ratio_low, loss.clip_ratio_high) == clip and loss.agg == "seq-mean-token-mean", env
+    assert (compose(["experiment=sapo_alfworld"]).algo.loss.tau_pos, compose(["experiment=sapo_alfworld"]).algo.loss.tau_neg) == (2.0, 2.1)
+    assert compose(["experiment=sapo_seqmask_alfworld"]).algo.loss.tau_neg == 1.05
+    sampo = compose(["experiment=sampo_alfworld"]).algo.loss  # SAMPO keeps DESIGN's clip and the paper's token-mean
+    assert (sampo.clip_ratio_low, sampo.clip_ratio_high, sampo.agg) == (3e-3, 4e-3, "token-mean")
+
+
+def test_validation_samples_as_the_paper_and_greedy_is_an_option():
+    from arl.pipeline import sampling_params
+
+    c = compose([])
+    params = sampling_params(c.rollout, validation=True)
+    assert (params.temperature, params.top_p, params.top_k) == (0.6, 0.95, 20)
+    train = sampling_params(c.rollout)
+    assert (train.temperature, train.top_p, train.top_k) == (1.0, 1.0, 0)
+    assert sampling_params(compose(["rollout.val_temperature=0"]).rollout, validation=True).temperature == 0
+
+
+@pytest.mark.parametrize("override,message", [
+    ("rl.mini_batch_size=0", "rl.mini_batch_size=0 must be >= 1"),
+    ("rl.old_log_probs=maybe", "rl.old_log_probs='maybe' is not valid"),
+    ("algo.loss.horizon=0", "algo.loss.horizon=0 is out of range"),
+    ("algo.filter.cold_start=-1", "algo.filter.cold_start=-1 is out of range"),
+    ("rollout.val_top_p=0", "rollout.val_top_p=0 must be in (0, 1]"),
+    ("rollout.val_top_k=-3", "rollout.val_top_k=-3 must be >= 0"),
+])
+def test_protocol_keys_are_validated(override, message):
+    with pytest.raises(ConfigError) as err:
+        validate_config(compose([override]))
+    assert message in str(err.value)
+
+
+def test_rollout_old_log_probs_refuse_the_rollout_correction():
+    with pytest.raises(ConfigError, match="use rl.old_log_probs=recompute"):
+        validate_config(compose(["rl.old_log_probs=rollout", "algo.rollout_correction.enabled=true"]))
+
+
+def test_the_horizon_is_the_generation_budget():
+    from arl.pipeline import _container, loss_horizon
+
+    assert loss_horizon(_container(compose(["rollout.max_new_tokens=24"]))) == 24
+    assert loss_horizon(_container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
+    assert loss_horizon(_container(compose(["algo.loss.horizon=7"]))) == 7
+
+
+@pytest.mark.parametrize("overrides,reuse", [
+    ([], True),                                                  # the transformers engine in fp32
+    (["rl.old_log_probs=recompute"], False),
+    (["algo.rollout_correction.enabled=true"], False),           # the correction measures that very gap
+    (["trainer=gpu"], False),                                    # bf16 autocast in the trainer
+    (["experiment=sampo_sokoban"], False),                       # vLLM in bf16
+    (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
+])
+def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
+    from arl.pipeline import _container, reuse_rollout_log_probs
+
+    assert reuse_rollout_log_probs(_container(compose(overrides))) is reuse

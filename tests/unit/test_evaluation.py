@@ -33,3 +33,40 @@ def test_command_line_still_wins_over_the_run(tmp_path):
     # only the run's keys are re-applied; val_episodes is the eval's own (composition applies it), so
     # the "3" here, absent from the composed eval config, is left alone
     assert out["rollout"]["val_episodes"] == c["rollout"]["val_episodes"]
+
+
+def _loop(tiny):
+    from arl.agent.loop import AgentLoop
+    from arl.rollout.hf_engine import HFEngine
+
+    model, tok = tiny
+    return AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact", "max_steps": 3}, history_window=1, max_turns=3)
+
+
+def test_sampled_validation_is_reproducible_named_and_leaves_the_training_stream_alone(tiny, tmp_path):
+    """The paper's validation sampling (T 0.6, top-p 0.95, top-k 20) draws from a generator of its
+    own: validating twice gives the same episodes, the global RNG is where it was, the metrics
+    come as val/* and val_sampled/* (val_greedy/* for greedy)."""
+    import torch
+
+    from arl.evaluation import run_validation
+
+    rollout = OmegaConf.to_container(compose(["rollout.val_episodes=6", "rollout.max_new_tokens=12"]).rollout, resolve=True)
+    loop = _loop(tiny)
+    runs = {}
+    try:
+        torch.manual_seed(0)
+        state = torch.get_rng_state()
+        for name, seed, temperature in (("first", 3, 0.6), ("again", 3, 0.6), ("other", 4, 0.6), ("greedy", 3, 0.0)):
+            path = tmp_path / f"{name}.jsonl"
+            metrics = run_validation(loop, {**rollout, "val_temperature": temperature}, path, seed=seed)
+            runs[name] = (metrics, path.read_text())
+            assert torch.equal(torch.get_rng_state(), state), name
+    finally:
+        loop.close()
+    assert runs["first"] == runs["again"]
+    assert runs["first"][1] != runs["other"][1]  # another validation seed samples other answers
+    first, greedy = runs["first"][0], runs["greedy"][0]
+    assert first["val_sampled/success_rate"] == first["val/success_rate"] and not any(k.startswith("val_greedy/") for k in first)
+    assert greedy["val_greedy/valid_action_ratio"] == greedy["val/valid_action_ratio"]
+    assert not any(k.startswith("val_sampled/") for k in greedy)

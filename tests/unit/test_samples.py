@@ -48,15 +48,28 @@ def _ep(prompts, responses):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 30), min_size=1, max_size=20), st.integers(8, 120))
-def test_micro_batches_cover_every_row_once_within_budget(lengths, budget):
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=20), st.integers(8, 120), st.booleans())
+def test_micro_batches_cover_every_row_once_within_budget(lengths, budget, sort):
     b = collate(turn_samples([_ep([[1] * (n - 1) for n in lengths], [[2]] * len(lengths))]), 0)
     idx = torch.randperm(len(lengths))
     seen = []
-    for mb in micro_batches({**b, "_row": torch.arange(len(lengths))}, idx, budget):
+    for mb in micro_batches({**b, "_row": torch.arange(len(lengths))}, idx, budget, sort_by_length=sort):
         rows = mb["_row"].tolist()
         seen.extend(rows)
         width = mb["input_ids"].shape[1]
         assert width == max(lengths[r] for r in rows)
         assert len(rows) == 1 or width * len(rows) <= budget
-    assert seen == idx.tolist()
+    if sort:  # shortest first, ties in the given order
+        assert seen == sorted(idx.tolist(), key=lambda r: (lengths[r], idx.tolist().index(r)))
+    else:
+        assert seen == idx.tolist()
+
+
+def test_sorted_micro_batches_pad_less():
+    """Rows of similar length share a micro-batch: 4 short and 4 long rows in alternating order
+    pad to the long width in every micro-batch unsorted, and only half of them sorted."""
+    lengths = [4, 20, 4, 20, 4, 20, 4, 20]
+    b = collate(turn_samples([_ep([[1] * (n - 1) for n in lengths], [[2]] * len(lengths))]), 0)
+    idx = torch.arange(len(lengths))
+    area = {s: sum(mb["input_ids"].numel() for mb in micro_batches(b, idx, 40, sort_by_length=s)) for s in (True, False)}
+    assert area == {True: 4 * 4 + 4 * 20, False: 8 * 20}

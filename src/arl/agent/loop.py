@@ -30,6 +30,7 @@ from arl.agent.prompts import HistoryItem, TemplateError, TrajectoryTemplate, bu
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.pool import EnvPool
 from arl.rollout.engine import RolloutEngine, SamplingParams
+from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,7 @@ class AgentLoop:
         every turn and before the env steps, to answer the state the policy faces; its answer is
         stored as ``Turn.expert_text`` (None where it failed). DAgger labels with it.
         """
+        rebalance()  # other ARL processes may have started or ended since the last rollout
         t0 = time.perf_counter()
         stats = RolloutStats()
         seeds = [task.seed for task in tasks for _ in range(group_size)]

@@ -3,11 +3,11 @@
 The schema (``configs/algo/base.yaml`` holds every key with its default)::
 
     name: str
-    loss: {name, agg, clip_ratio_low, clip_ratio_high, clip_ratio_c, tau_pos, tau_neg}
+    loss: {name, agg, horizon, clip_ratio_low, clip_ratio_high, clip_ratio_c, tau_pos, tau_neg}
     seq_mask: {enabled, delta}
     rollout_correction: {enabled, cap}
     advantage: {name, gamma, step_weight, norm, norm_by_std, cross_steps, invalid_penalty}
-    filter: {name, max_rollout_rounds, valid_ratio_threshold}
+    filter: {name, max_rollout_rounds, cold_start, fill_last_round, valid_ratio_threshold}
     kl: {coef, estimator, in_loss}
     entropy_coeff: float
 
@@ -71,6 +71,13 @@ def _integer(low: int) -> Check:
     return check
 
 
+def _optional(check: Check) -> Check:
+    def optional(value: Any) -> str | None:
+        return None if value is None else check(value)
+
+    return optional
+
+
 def _boolean(value: Any) -> str | None:
     return None if isinstance(value, bool) else "must be true or false"
 
@@ -84,6 +91,7 @@ SCHEMA: dict[str, Any] = {
     "loss": {
         "name": _one_of(policy_losses.REGISTRY.names()),
         "agg": _one_of(aggregation.AGG_MODES),
+        "horizon": _optional(_integer(1)),
         "clip_ratio_low": _number(0.0),
         "clip_ratio_high": _number(0.0),
         "clip_ratio_c": _number(1.0, low_open=True),
@@ -104,6 +112,8 @@ SCHEMA: dict[str, Any] = {
     "filter": {
         "name": _one_of(filters.FILTERS.names()),
         "max_rollout_rounds": _integer(1),
+        "cold_start": _integer(0),
+        "fill_last_round": _boolean,
         "valid_ratio_threshold": _number(0.0, 1.0),
     },
     "kl": {
@@ -141,7 +151,7 @@ def validate_algo_config(algo: Mapping[str, Any]) -> None:
 
     Ranges: clip ratios >= 0, clip_ratio_c > 1, tau > 0, seq_mask.delta >= 0, cap >= 1,
     gamma in [0, 1], step_weight >= 0, invalid_penalty <= 0, max_rollout_rounds an integer >= 1,
-    valid_ratio_threshold in [0, 1], kl.coef >= 0; flags must be booleans.
+    cold_start an integer >= 0, valid_ratio_threshold in [0, 1], kl.coef >= 0; flags must be booleans.
     """
     errors: list[str] = []
     _check(algo, SCHEMA, "algo", errors)
@@ -171,6 +181,7 @@ def objective_config_from_algo(algo: Mapping[str, Any]) -> ObjectiveConfig:
         kl_estimator=algo["kl"]["estimator"],
         kl_in_loss=bool(algo["kl"]["in_loss"]),
         entropy_coeff=float(algo["entropy_coeff"]),
+        horizon=None if loss.get("horizon") is None else int(loss["horizon"]),
     )
 
 
@@ -184,9 +195,9 @@ def advantage_kwargs_from_algo(algo: Mapping[str, Any]) -> tuple[str, dict[str, 
 def filter_kwargs_from_algo(algo: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """``(name, kwargs)`` for ``filters.get(name)(returns=, group_ids=, valid_ratio=, **kwargs)``.
 
-    ``max_rollout_rounds`` is the trainer's (re-rollout top-up) and is not passed to the filter.
+    The trainer's keys (``max_rollout_rounds``, ``cold_start``, ``fill_last_round``: the
+    re-rollout top-up) are not passed to the filter.
     """
-    block = {k: algo["filter"][k] for k in algo["filter"]}
-    name = block.pop("name")
-    block.pop("max_rollout_rounds", None)
+    block = {k: algo["filter"][k] for k in algo["filter"] if k not in filters.TRAINER_KEYS}
+    name = algo["filter"]["name"]
     return name, filters.filter_kwargs(name, block)

@@ -17,8 +17,11 @@ exact equality). A group of one episode is constant.
   return). Their turns still differ by the format penalty, which is the signal early training
   needs. With ``valid_ratio=None`` it behaves exactly like ``dapo``.
 
-Re-rollout top-up (``filter.max_rollout_rounds``) is the trainer's job: it calls the filter on
-each round's episodes and fills the batch with kept groups.
+Re-rollout top-up is the trainer's job (the official agent trainers' ``filter_groups``): it calls
+the filter on each round's episodes and fills the batch with kept groups, for at most
+``max_rollout_rounds`` rounds; the last round fills what is still missing with its other groups
+(``fill_last_round``, as the official code), and the filter starts after ``cold_start``
+iterations (ALFWorld 15).
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from torch import Tensor
 
 from arl.algos.registry import Registry, select_kwargs
 
-#: every key an ``algo.filter`` block may hold (the trainer uses ``name`` and ``max_rollout_rounds``)
-CONFIG_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "valid_ratio_threshold", "atol")
+#: the keys of an ``algo.filter`` block the trainer uses (the re-rollout top-up), not the filter
+TRAINER_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "cold_start", "fill_last_round")
+#: every key an ``algo.filter`` block may hold
+CONFIG_KEYS: tuple[str, ...] = (*TRAINER_KEYS, "valid_ratio_threshold", "atol")
 
 
 @dataclass
@@ -124,7 +129,7 @@ def stage_aware(
 def filter_kwargs(name: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments of filter ``name`` taken from an ``algo.filter`` block.
 
-    ``name`` and ``max_rollout_rounds`` (trainer keys) are dropped; a key unknown to every
-    filter raises ``TypeError``.
+    The trainer's keys (:data:`TRAINER_KEYS`) are dropped; a key unknown to every filter raises
+    ``TypeError``.
     """
     return select_kwargs(FILTERS.get(name), cfg, known=CONFIG_KEYS, data=("returns", "group_ids", "valid_ratio"))

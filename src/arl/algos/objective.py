@@ -42,7 +42,9 @@ class ObjectiveConfig:
         kl_estimator: a name of :data:`arl.algos.kl.ESTIMATORS`.
         kl_in_loss: add the KL term to the loss (False: the trainer puts it in the reward).
         entropy_coeff: weight of the entropy bonus.
-        horizon: H of ``seq-mean-token-sum-norm`` (None: the padded length).
+        horizon: H of ``seq-mean-token-sum-norm``, a constant (the trainer passes the generation
+            budget, ``algo.loss.horizon``; None falls back to the padded length of the tensors
+            given, which is only right for a batch that is never split).
     """
 
     loss_name: str = "ppo_clip"

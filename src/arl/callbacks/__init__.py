@@ -3,6 +3,7 @@
 from arl.callbacks.checkpoint import IterationCheckpoint
 from arl.callbacks.collapse import CollapseDetector
 from arl.callbacks.progress import IterationLog
+from arl.callbacks.threads import ThreadRebalance
 from arl.callbacks.weight_sync import WeightSync
 
-__all__ = ["CollapseDetector", "IterationCheckpoint", "IterationLog", "WeightSync"]
+__all__ = ["CollapseDetector", "IterationCheckpoint", "IterationLog", "ThreadRebalance", "WeightSync"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 from lightning.pytorch.callbacks import Checkpoint
@@ -66,6 +67,7 @@ class IterationCheckpoint(Checkpoint):
 
     def save(self, trainer, pl_module) -> Path:
         """Write the checkpoint (every rank calls this: the state dicts are collectives)."""
+        t0 = time.perf_counter()
         final = self.path
         tmp = final.with_name(final.name + ".tmp")
         if trainer.is_global_zero:
@@ -85,6 +87,8 @@ class IterationCheckpoint(Checkpoint):
                 os.replace(tmp, final)
         trainer.strategy.barrier("arl_ckpt_renamed")
         self.last_saved_iteration = int(getattr(pl_module, "iteration", trainer.global_step))
+        for logger in trainer.loggers:
+            logger.log_metrics({"perf/checkpoint_s": time.perf_counter() - t0}, step=self.last_saved_iteration)
         return final
 
     def state_dict(self):

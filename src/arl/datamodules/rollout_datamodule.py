@@ -4,7 +4,9 @@ The train loader is an ``IterableDataset`` that yields one :class:`RolloutBatch`
 ``groups_per_step`` tasks x ``group_size`` episodes, passed through the dynamic-sampling filter with
 re-rollout top-up (DESIGN section 4, filters). Task seeds are derived from (seed, iteration, round)
 so a run is reproducible and a resumed run continues the same seed stream. Validation episodes use
-held-out seeds (a range no training seed falls in), group size 1 and ``val_temperature``.
+held-out seeds (a range no training seed falls in), group size 1 and the ``val_*`` sampling keys
+(the paper's T 0.6, top-p 0.95, top-k 20; greedy with ``val_temperature=0``), from a generator of
+their own so validation never moves the training stream.
 
 Under data parallelism (DDP, FSDP) ``groups_per_step`` and ``val_episodes`` are global: every
 rank draws the same seed list and rolls out its own contiguous share of it (rank r of W takes
@@ -54,6 +56,7 @@ class RolloutBatch:
     # how each metric combines over data-parallel ranks: "sum", "max", or a weight (a count) for
     # a weighted mean; metrics not listed are plain means over ranks
     reduce: dict[str, str | float] = field(default_factory=dict)
+    val_protocol: str = ""  # validation batches: val_sampled | val_greedy (validation_protocol)
 
 
 def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
@@ -90,18 +93,39 @@ class _TrainStream(IterableDataset):
         return self.dm.iterations
 
 
+def validation_protocol(params: SamplingParams) -> str:
+    """``val_greedy`` or ``val_sampled``: the metric group that names how validation sampled."""
+    return "val_greedy" if params.temperature <= 0 else "val_sampled"
+
+
+def with_protocol_names(metrics: dict[str, float], params: SamplingParams) -> dict[str, float]:
+    """``val/*`` metrics plus the same values under :func:`validation_protocol`'s prefix."""
+    group = validation_protocol(params)
+    return {**metrics, **{f"{group}/{k[4:]}": v for k, v in metrics.items() if k.startswith("val/")}}
+
+
 def validation_batches(
-    loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0, rank: int = 0, world: int = 1
+    loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0, rank: int = 0,
+    world: int = 1, seed: int = 0,
 ) -> Iterator[RolloutBatch]:
-    """Held-out episodes (group size 1), ``batch_size`` per engine batch; rank's share only."""
+    """Held-out episodes (group size 1), ``batch_size`` per engine batch; rank's share only.
+
+    Sampled validation draws from its own torch generator state, seeded by (``seed``,
+    ``iteration``, first episode), inside ``torch.random.fork_rng``: the same weights validate to
+    the same episodes, and validating (or not, or how often) never moves the training stream.
+    """
     seeds = val_task_seeds(episodes)
     lo, hi = rank_share(len(seeds), rank, world)
     for start in range(lo, hi, batch_size):
         chunk = seeds[start : min(start + batch_size, hi)]
         tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
         t0 = time.perf_counter()
-        eps = loop.run(tasks, 1, params, first_episode_id=start)
-        yield RolloutBatch(eps, iteration, time.perf_counter() - t0, sample_mode=loop.sample_mode)
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(np.random.SeedSequence([int(seed), int(iteration), start]).generate_state(1)[0]))
+            eps = loop.run(tasks, 1, params, first_episode_id=start)
+        yield RolloutBatch(eps, iteration, time.perf_counter() - t0, sample_mode=loop.sample_mode,
+                           val_protocol=validation_protocol(params))
 
 
 class _ValStream(IterableDataset):
@@ -112,7 +136,7 @@ class _ValStream(IterableDataset):
         dm = self.dm
         rank, world = dm.rank_and_world()
         yield from validation_batches(
-            dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world
+            dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world, dm.seed
         )
 
 
@@ -127,6 +151,11 @@ class RolloutDataModule(LightningDataModule):
         val_episodes, val_batch_size: held-out episodes per validation, episodes per engine batch.
         seed: base of the task-seed stream.
         max_rollout_rounds: rounds of re-rollout the filter may ask for.
+        filter_cold_start: iterations before the filter starts (all groups kept until then).
+        fill_last_round: the last round fills what is still missing with its other groups
+            (the filter's groups first, then the rest in task order), so a batch always holds
+            ``groups_per_step`` groups, as the official trainers do; False trains on what the
+            filter kept.
         group_filter: ``(returns, group_ids, valid_ratio) -> FilterResult`` (set by the pipeline
             from the LightningModule), or None to keep everything.
     """
@@ -144,6 +173,8 @@ class RolloutDataModule(LightningDataModule):
         seed: int = 0,
         max_rollout_rounds: int = 3,
         group_filter: GroupFilter | None = None,
+        filter_cold_start: int = 0,
+        fill_last_round: bool = True,
     ):
         super().__init__()
         self.agent_loop = agent_loop
@@ -157,6 +188,8 @@ class RolloutDataModule(LightningDataModule):
         self.seed = seed
         self.max_rollout_rounds = max(1, max_rollout_rounds)
         self.group_filter = group_filter
+        self.filter_cold_start = int(filter_cold_start)
+        self.fill_last_round = bool(fill_last_round)
         self.iteration = 0
         self._pending_rng: dict[str, Any] | None = None  # restored right before the next rollout
         self._seeded = False
@@ -220,11 +253,12 @@ class RolloutDataModule(LightningDataModule):
         target = hi - lo
         t0 = time.perf_counter()
         kept: list[Episode] = []
-        kept_groups = 0
+        kept_groups = filled_groups = 0
         rounds = 0
         tokens = env_steps = 0
         gen_s = env_s = 0.0
         all_eps: list[Episode] = []
+        filtering = self.group_filter is not None and it >= self.filter_cold_start
         while rounds < self.max_rollout_rounds and kept_groups < target:
             seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)[lo:hi]
             base = rounds * self.groups_per_step + lo
@@ -237,28 +271,25 @@ class RolloutDataModule(LightningDataModule):
             env_s += stats.env_seconds
             all_eps.extend(episodes)
             rounds += 1
-            if self.group_filter is None:
+            if not filtering:
                 kept, kept_groups = episodes, len(tasks)
                 break
-            usable = [e for e in episodes if not e.env_error]
-            if not usable:
-                continue
-            turns = [t for e in usable for t in e.turns]
-            valid_ratio = sum(t.valid for t in turns) / max(len(turns), 1)
-            result = self.group_filter(
-                torch.tensor([e.ret for e in usable], dtype=torch.float32),
-                torch.tensor([e.group_id for e in usable], dtype=torch.long),
-                valid_ratio,
-            )
-            keep_ids = [int(g) for g in result.kept_group_ids.tolist()][: target - kept_groups]
-            keep = set(keep_ids)
+            keep_ids, fill_ids = self._filter_round(episodes, last=rounds == self.max_rollout_rounds)
+            need = target - kept_groups
+            chosen = (keep_ids + fill_ids)[:need]
+            keep = set(chosen)
             kept.extend(e for e in episodes if e.group_id in keep)
-            kept_groups += len(keep_ids)
+            kept_groups += len(chosen)
+            filled_groups += max(0, len(chosen) - len(keep_ids))
         self.iteration += 1
         seconds = time.perf_counter() - t0
         metrics = {
-            "filter/kept_groups": float(kept_groups),
+            "filter/kept_groups": float(kept_groups - filled_groups),
+            "filter/filled_groups": float(filled_groups),
+            "filter/active": float(filtering),
             "filter/rounds": float(rounds),
+            "perf/generate_s": gen_s,
+            "perf/env_s": env_s,
             "rollout/tokens_per_s": tokens / max(gen_s, 1e-9),
             "rollout/env_steps_per_s": env_steps / max(env_s, 1e-9),
             "rollout/env_worker_restarts": float(self.agent_loop.pool.restarts),
@@ -266,12 +297,35 @@ class RolloutDataModule(LightningDataModule):
         }
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/"))
-        if kept_groups < target and self.group_filter is not None:
-            log.info("iteration %d: filter kept %d/%d groups after %d rounds", it, kept_groups, target, rounds)
+        if kept_groups - filled_groups < target and filtering:
+            log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
+                     it, kept_groups - filled_groups, target, rounds, filled_groups)
         return RolloutBatch(kept, it, seconds, metrics, self.agent_loop.sample_mode, rollout_reduce_spec(all_eps, metrics))
 
 
-_SUMMED = ("filter/kept_groups", "rollout/episodes", "rollout/env_errors", "rollout/env_worker_restarts", "rollout/tokens_per_s", "rollout/env_steps_per_s")
+    def _filter_round(self, episodes: list[Episode], last: bool) -> tuple[list[int], list[int]]:
+        """(group ids the filter keeps, and on the last round with ``fill_last_round`` the
+        round's other groups in task order, to fill the batch with); episodes with an
+        environment error count for neither."""
+        usable = [e for e in episodes if not e.env_error]
+        if not usable:
+            return [], []
+        turns = [t for e in usable for t in e.turns]
+        valid_ratio = sum(t.valid for t in turns) / max(len(turns), 1)
+        result = self.group_filter(
+            torch.tensor([e.ret for e in usable], dtype=torch.float32),
+            torch.tensor([e.group_id for e in usable], dtype=torch.long),
+            valid_ratio,
+        )
+        keep_ids = [int(g) for g in result.kept_group_ids.tolist()]
+        if not (last and self.fill_last_round):
+            return keep_ids, []
+        keep = set(keep_ids)
+        rest = list(dict.fromkeys(e.group_id for e in usable if e.group_id not in keep))
+        return keep_ids, rest
+
+
+_SUMMED = ("filter/kept_groups", "filter/filled_groups", "rollout/episodes", "rollout/env_errors", "rollout/env_worker_restarts", "rollout/tokens_per_s", "rollout/env_steps_per_s")
 _PER_TURN = ("rollout/valid_action_ratio", "rollout/response_len_mean", "rollout/truncated_ratio")
 
 

@@ -38,10 +38,17 @@ class AgenticRLModule(LightningModule):
         algo: the ``algo`` config (see ``configs/algo/base.yaml``).
         optimizer: a partial optimiser (``_partial_: true``) taking the parameters.
         ppo_epochs, mini_batches: passes over one iteration's samples, and optimiser steps per pass.
+        mini_batch_size: samples per optimiser step over all ranks (the official scripts'
+            ``ppo_mini_batch_size``): a pass makes ``ceil(samples / mini_batch_size)`` steps, so
+            a rollout with more turns gives more steps; None keeps ``mini_batches`` steps.
         micro_token_budget: padded tokens per micro-batch (forward/backward chunk).
         grad_clip: max global gradient norm.
         warmup_steps: linear LR warm-up in optimiser steps.
         temperature: the rollout sampling temperature (logits are scaled by it when scoring).
+        reuse_rollout_log_probs: take ``old_log_probs`` from the rollout engine instead of a
+            trainer forward pass. Only exact when the engine scores with this very policy in the
+            trainer's precision (the transformers engine in fp32, ``rl.old_log_probs``); the
+            rollout-vs-trainer gap (``is/rollout_*``) is then not measured.
         sharding: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
             FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
     """
@@ -55,10 +62,12 @@ class AgenticRLModule(LightningModule):
         optimizer: Callable,
         ppo_epochs: int = 1,
         mini_batches: int = 2,
+        mini_batch_size: int | None = None,
         micro_token_budget: int = 8192,
         grad_clip: float = 1.0,
         warmup_steps: int = 0,
         temperature: float = 1.0,
+        reuse_rollout_log_probs: bool = False,
         sharding: dict[str, Any] | None = None,
     ):
         super().__init__()
@@ -76,10 +85,17 @@ class AgenticRLModule(LightningModule):
         self.optimizer_factory = optimizer
         self.ppo_epochs = ppo_epochs
         self.mini_batches = mini_batches
+        self.mini_batch_size = int(mini_batch_size) if mini_batch_size else None
         self.micro_token_budget = micro_token_budget
         self.grad_clip = grad_clip
         self.warmup_steps = warmup_steps
         self.temperature = temperature
+        self.reuse_rollout_log_probs = bool(reuse_rollout_log_probs)
+        if self.objective.loss_agg == "seq-mean-token-sum-norm" and self.objective.horizon is None:
+            raise ValueError(
+                "algo.loss.agg=seq-mean-token-sum-norm needs a constant horizon (algo.loss.horizon); the padded "
+                "width of a micro-batch would make the update depend on how the batch is split"
+            )
         self.sharding = dict(sharding) if sharding else None
         self.skipped_steps = 0
         self.iteration = 0
@@ -100,6 +116,17 @@ class AgenticRLModule(LightningModule):
         return filters.get(self.filter_name)(
             returns=returns, group_ids=group_ids, valid_ratio=valid_ratio, **self.filter_kwargs
         )
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        """A rollout batch holds episodes (Python lists), not tensors: hand it over as is.
+
+        Lightning's default walks every field of every turn of every episode looking for
+        tensors, which cost about 0.4 s per iteration of the default job; the module builds
+        its tensors on ``self.device`` itself.
+        """
+        if hasattr(batch, "episodes"):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     # ----------------------------------------------------------------------- distribution
     def configure_model(self) -> None:
@@ -178,7 +205,8 @@ class AgenticRLModule(LightningModule):
         spec: dict[str, Any] = dict(getattr(batch, "reduce", None) or {})
         samples, turns = build_samples(batch.episodes, getattr(batch, "sample_mode", "turn"))
         self.iteration += 1
-        if float(self._reduce_sum(torch.tensor(float(len(samples))))) == 0:  # no rank has anything
+        n_global = int(self._reduce_sum(torch.tensor(float(len(samples)))))
+        if n_global == 0:  # no rank has anything
             self.skipped_steps += 1
             metrics["actor/skipped_steps"] = float(self.skipped_steps)
             spec["actor/skipped_steps"] = "same"
@@ -189,14 +217,19 @@ class AgenticRLModule(LightningModule):
         if samples:
             data = {k: v.to(self.device) for k, v in collate_tokens(samples, self.pad_id).items()}
             table = {k: v.to(self.device) for k, v in collate_turns(turns).items()}
-        on_policy = self.ppo_epochs == 1 and self.mini_batches == 1
+        n_steps = self.steps_per_epoch(n_global)
+        on_policy = self.ppo_epochs == 1 and n_steps == 1
 
         t0 = time.perf_counter()
         need_old = not on_policy or not self.objective.kl_in_loss
-        if need_old:
+        if need_old and self.reuse_rollout_log_probs:
+            if data is not None:  # the engine scored the sampled tokens with these very weights
+                data["old_log_probs"] = data["rollout_log_probs"] * data["response_mask"]
+        elif need_old:
             old = self._score(self.policy, data)
             if data is not None:
                 data["old_log_probs"] = old
+        t_old = time.perf_counter() - t0
         if self.reference is not None and self.objective.kl_coef > 0:
             ref = self._score(self.reference, data)
             if data is not None:
@@ -207,12 +240,14 @@ class AgenticRLModule(LightningModule):
             metrics.update(self._advantages(data, table, turns, spec))
 
         t1 = time.perf_counter()
-        metrics.update(self._update(data, on_policy, spec))
+        metrics.update(self._update(data, on_policy, spec, n_steps))
         t_update = time.perf_counter() - t1
         metrics.update(
             {
                 "perf/rollout_s": float(batch.seconds),
                 "perf/logprob_s": t_logprob,
+                "perf/old_logprob_s": t_old,
+                "perf/ref_logprob_s": t_logprob - t_old,
                 "perf/update_s": t_update,
                 "perf/iteration_s": float(batch.seconds) + time.perf_counter() - t_start,
                 "actor/skipped_steps": float(self.skipped_steps),
@@ -254,16 +289,26 @@ class AgenticRLModule(LightningModule):
                 "adv/frac_zero": float((adv.abs() < 1e-8).float().mean()),
             }
         )
-        if "old_log_probs" in data:
+        if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})
         n_turns, n_tokens = float(len(turns)), float(mask.sum())
         spec.update({k: (n_tokens if k.startswith("is/rollout_") else n_turns) for k in metrics})
         return metrics
 
-    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, spec: dict[str, Any] | None = None) -> dict[str, float]:
-        """``ppo_epochs`` passes of ``mini_batches`` optimiser steps; returns averaged metrics.
+    def steps_per_epoch(self, n_samples: int) -> int:
+        """Optimiser steps of one pass over ``n_samples`` samples (all ranks): ``ceil(n /
+        mini_batch_size)`` with the official sizing, else ``mini_batches`` (at most one per sample)."""
+        if self.mini_batch_size:
+            return max(1, -(-int(n_samples) // self.mini_batch_size))
+        return max(1, min(self.mini_batches, int(n_samples))) if self._world_size() == 1 else self.mini_batches
 
+    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, spec: dict[str, Any] | None = None,
+                n_steps: int | None = None) -> dict[str, float]:
+        """``ppo_epochs`` passes of ``n_steps`` optimiser steps (:meth:`steps_per_epoch`); returns
+        averaged metrics (and ``actor/optimizer_steps``, the steps applied).
+
+        The rows are shuffled and split into ``n_steps`` mini-batches of (nearly) equal size.
         Every rank splits its own rows into the same number of mini-batches, and runs the same
         number of micro-batch forward/backward passes per step (padding with a zero-loss forward),
         so the collectives of DDP and FSDP pair up. The loss normalisers (tokens, sequences) are
@@ -278,9 +323,11 @@ class AgenticRLModule(LightningModule):
         mask = data["response_mask"] if data is not None else None
         sums: dict[str, float] = defaultdict(float)
         steps = 0
+        if n_steps is None:
+            n_steps = self.steps_per_epoch(int(self._reduce_sum(torch.tensor(float(n)))))
         for _epoch in range(self.ppo_epochs):
             perm = torch.randperm(n, device=self.device)
-            chunks = torch.tensor_split(perm, self.mini_batches if world > 1 else max(min(self.mini_batches, n), 1))
+            chunks = torch.tensor_split(perm, n_steps)
             for mb_idx in chunks:
                 local_tokens = mask[mb_idx].sum() if n else torch.zeros((), device=self.device)
                 local_seqs = (mask[mb_idx].sum(-1) > 0).sum().float() if n else torch.zeros((), device=self.device)
@@ -323,6 +370,9 @@ class AgenticRLModule(LightningModule):
         out = {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
         if spec is not None:  # shares of the global value add up over ranks; the norm is global
             spec.update({k: ("same" if k == "actor/grad_norm" else "sum") for k in out})
+        out["actor/optimizer_steps"] = float(steps)
+        if spec is not None:
+            spec["actor/optimizer_steps"] = "same"
         return out
 
     def _micro_loss(self, micro: dict[str, torch.Tensor], on_policy: bool, global_tokens, global_seqs):
@@ -396,13 +446,14 @@ class AgenticRLModule(LightningModule):
 
     # ----------------------------------------------------------------------- validation
     def validation_step(self, batch, batch_idx: int):
+        self.val_protocol = getattr(batch, "val_protocol", "") or getattr(self, "val_protocol", "")
         for ep in batch.episodes:
             if ep.env_error:
                 continue
             self.val_success.update(float(ep.won))
             self.val_return.update(ep.ret)
-            if ep.turns:
-                self.val_valid.update(sum(t.valid for t in ep.turns) / len(ep.turns))
+            if ep.turns:  # over turns, as rollout/valid_action_ratio and eval.py count it
+                self.val_valid.update(sum(t.valid for t in ep.turns) / len(ep.turns), weight=len(ep.turns))
 
     def on_validation_epoch_end(self):
         values = {
@@ -414,7 +465,9 @@ class AgenticRLModule(LightningModule):
         self.log_dict(values, on_step=False, on_epoch=True, logger=False, sync_dist=True)
         self.last_val = {k: float(v) for k, v in values.items()}
         self.last_val_iteration = self.iteration
-        self._log_at_iteration(self.last_val)
+        protocol = getattr(self, "val_protocol", "")  # the same values under a name that says how they were sampled
+        named = {f"{protocol}/{k[4:]}": v for k, v in self.last_val.items()} if protocol else {}
+        self._log_at_iteration({**self.last_val, **named})
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
 

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 ENGINES = ("hf", "vllm")
 SAMPLE_MODES = ("turn", "trajectory")
+OLD_LOG_PROBS = ("auto", "rollout", "recompute")
 
 
 RUN_DIRNAME_LIMIT = 200  # bytes; file systems allow 255 per name
@@ -81,6 +82,12 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     from arl.envs.registry import env_names
 
     c = _as_dict(cfg)
+    from arl.utils.threads import parse_setting
+
+    try:
+        parse_setting(c.get("threads", "auto"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     try:
         validate_algo_config(c["algo"])
     except (KeyError, ValueError) as err:
@@ -106,12 +113,24 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     _validate_device(r.get("device"))
     if r.get("step_timeout", 1) is not None and float(r.get("step_timeout", 1)) <= 0:
         raise ConfigError(f"rollout.step_timeout={r['step_timeout']!r} must be > 0 (seconds)")
-    if not 0 < r["top_p"] <= 1:
-        raise ConfigError(f"rollout.top_p={r['top_p']!r} must be in (0, 1]")
+    for key in ("top_p", "val_top_p"):
+        if key in r and not 0 < r[key] <= 1:
+            raise ConfigError(f"rollout.{key}={r[key]!r} must be in (0, 1]")
+    for key in ("top_k", "val_top_k"):
+        if key in r:
+            _positive(f"rollout.{key}", r[key], 0)
     rl = c["rl"]
     for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
         _positive(f"rl.{key}", rl[key])
     _positive("rl.ckpt_every", rl.get("ckpt_every", 1), 0)
+    if rl.get("mini_batch_size") is not None:
+        _positive("rl.mini_batch_size", rl["mini_batch_size"])
+    _choice("rl.old_log_probs", rl.get("old_log_probs", "auto"), OLD_LOG_PROBS)
+    if rl.get("old_log_probs") == "rollout" and c["algo"]["rollout_correction"]["enabled"]:
+        raise ConfigError(
+            "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "
+            "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
+        )
     _validate_scale(c)
     if rl["grad_clip"] <= 0:
         raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
