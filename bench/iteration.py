@@ -11,8 +11,9 @@ the run's own ``perf/*`` scalars from TensorBoard. Scenarios (``--scenarios``, c
 * ``ddp`` / ``ddp-omp1``: one run with ``trainer=ddp`` (2 gloo ranks).
 
 Columns: seconds per iteration (median wall time between iterations, everything included:
-rollout, scoring, update, sync, checkpoint) and the median of each part the run logs (generate,
-env, old and reference log-probs, update, sync, checkpoint). ``--src`` runs another checkout's
+rollout, scoring, update, sync, checkpoint) and the median of each part the run logs: rollout
+(all rounds of the DAPO filter) and its generate share, scoring (old and reference log-probs,
+then each alone), update, sync, checkpoint. ``--src`` runs another checkout's
 ``src/train.py`` (e.g. a ``git worktree`` of an older commit) for before/after tables; parts an
 older tree does not log are shown as ``-``.
 
@@ -34,8 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = (
+    ("rollout", "perf/rollout_s"),
     ("generate", "perf/generate_s"),
-    ("env", "perf/env_s"),
+    ("scoring", "perf/logprob_s"),
     ("old logp", "perf/old_logprob_s"),
     ("ref logp", "perf/ref_logprob_s"),
     ("update", "perf/update_s"),
@@ -58,7 +60,7 @@ def bc_policy(python: str, train_py: Path) -> Path:
         subprocess.run(
             [python, str(train_py), "experiment=bc_sokoban", "debug=cpu_small", "seed=1",
              "rollout.val_episodes=8", f"hydra.run.dir={out}"],
-            check=True, stdout=subprocess.DEVNULL,
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
     return policy
 

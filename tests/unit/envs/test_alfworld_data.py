@@ -37,10 +37,11 @@ def _copy_trial(game: Path, dest_split: Path, task_dir: str | None = None) -> Pa
 
 @pytest.fixture(scope="module")
 def official_tree(tmp_path_factory):
-    """``<root>/json_2.1.1/{train,valid_unseen}``: 6 train games (one per type), 2 valid_unseen
-    games, and decoys in train (movable, Sliced, unsolvable, no game file, unsupported type)."""
+    """``<root>/json_2.1.1/{train,valid_seen}``: 6 train games (one per type), 2 valid_seen games
+    (the split ARLArena validates on), and decoys in train (movable, Sliced, unsolvable, no game
+    file, unsupported type)."""
     root = tmp_path_factory.mktemp("alfworld_data")
-    train, unseen = root / "json_2.1.1" / "train", root / "json_2.1.1" / "valid_unseen"
+    train, seen = root / "json_2.1.1" / "train", root / "json_2.1.1" / "valid_seen"
     kept = [_copy_trial(ensure_game("train", i), train) for i in range(6)]
     seven = ensure_game("train", 7)
     _copy_trial(seven, train, "pick_and_place_with_movable_recep-Pen-Mug-Desk-301")
@@ -55,7 +56,7 @@ def official_tree(tmp_path_factory):
     traj = json.loads((other_type.parent / "traj_data.json").read_text())
     traj["task_type"] = "pick_and_place_with_movable_recep"
     (other_type.parent / "traj_data.json").write_text(json.dumps(traj))
-    val = [_copy_trial(ensure_game("train", i), unseen) for i in (6, 11)]
+    val = [_copy_trial(ensure_game("train", i), seen) for i in (6, 11)]
     return root, sorted(kept), sorted(val)
 
 
@@ -63,14 +64,14 @@ def test_discovery_applies_the_reference_filters(official_tree):
     root, kept, val = official_tree
     assert discover_games(root, "train") == tuple(kept)
     assert discover_games(root / "json_2.1.1", "train") == tuple(kept)
-    assert discover_games(root, "eval_out_of_distribution") == tuple(val)
+    assert discover_games(root, "eval_in_distribution") == tuple(val)
     only = discover_games(root, "train", ["look_at_obj_in_light", "pick_two_obj_and_place"])
     assert [json.loads((g.parent / "traj_data.json").read_text())["task_type"] for g in only] == [
         "look_at_obj_in_light",
         "pick_two_obj_and_place",
     ]
     with pytest.raises(FileNotFoundError, match="alfworld-download"):
-        discover_games(root, "valid_seen")
+        discover_games(root, "valid_unseen")
 
 
 def test_solvable_flag_and_split_names(tmp_path):

@@ -234,7 +234,8 @@ def test_step_before_reset_raises():
 
 
 def test_seeds_map_to_splits_and_pools():
-    env = _env(num_games={"train": N_GAMES, "valid_unseen": 4})
+    assert _env().val_split == "valid_seen"  # eval_in_distribution, as the ARLArena ALFWorld trainer validates
+    env = _env(num_games={"train": N_GAMES, "valid_unseen": 4}, val_split="eval_out_of_distribution")
     assert env.split_and_index(0) == ("train", 0)
     assert env.split_and_index(2**30 - 1) == ("train", 2**30 - 1)
     assert env.split_and_index(2**30) == ("valid_unseen", 0)

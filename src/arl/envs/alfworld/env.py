@@ -77,8 +77,10 @@ class AlfWorldEnv:
             else generated), ``generated`` or ``official``.
         data_path: the folder holding ``json_2.1.1`` (overrides ``$ALFWORLD_DATA``).
         split: training split (``train``; ``valid_seen`` / ``valid_unseen`` also accepted).
-        val_split: split of seeds ``>= val_seed_base`` (``valid_unseen``, alfworld's
-            ``eval_out_of_distribution``, as verl-agent validates).
+        val_split: split of seeds ``>= val_seed_base`` (``valid_seen``, alfworld's
+            ``eval_in_distribution``, as the ARLArena ALFWorld trainer validates:
+            agent_system/environments/env_manager.py; ``valid_unseen`` holds out whole floor
+            plans).
         val_seed_base: first validation seed.
         num_games: games per split: an int for every split or a mapping ``{split: n}``. For
             generated data the size of each split's pool (default :data:`DEFAULT_NUM_GAMES`); for
@@ -97,7 +99,7 @@ class AlfWorldEnv:
         data_source: str = "auto",
         data_path: str | None = None,
         split: str = "train",
-        val_split: str = "valid_unseen",
+        val_split: str = "valid_seen",
         val_seed_base: int = VAL_SEED_BASE,
         num_games: int | Mapping[str, int] | None = None,
         task_types: list[str] | tuple[str, ...] | None = None,
