@@ -197,11 +197,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--samples", type=int, default=20_000)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", default="auto", help="torch threads: auto (the cores shared among ARL processes) or N")
     parser.add_argument("--check", action="store_true", help=f"fail if gigpo >= {GIGPO_BUDGET_MS} ms")
     args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    from arl.utils.threads import configure_threads
+
+    configure_threads(args.threads)
 
     rows = bench_losses(args.batch, args.length, args.repeats) + bench_advantages(args.samples, args.repeats)
     render(rows)

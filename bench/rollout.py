@@ -37,6 +37,7 @@ from arl.models.loading import load_policy
 from arl.models.tiny import ensure_tiny
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
+from arl.utils.threads import configure_threads
 
 SOKOBAN = {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "prompt_style": "compact"}
 
@@ -121,8 +122,9 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=32)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--workers", default="0,1,2,4")
+    ap.add_argument("--threads", default="auto", help="torch threads: auto (the cores shared among ARL processes) or N")
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    configure_threads(args.threads)
     console = Console()
     model, tok = load_policy(ensure_tiny())
     model.eval()

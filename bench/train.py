@@ -234,14 +234,16 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per path (after one warm-up)")
     ap.add_argument("--mini-batches", type=int, default=2)
     ap.add_argument("--micro-tokens", type=int, default=4096, help="padded tokens per micro-batch")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch CPU threads (0: torch's default); 1 by default: on a shared, oversubscribed CPU two "
-                         "OpenMP threads made forward passes up to 20x slower (docs/models.md)")
+    ap.add_argument("--threads", default="auto",
+                    help="torch CPU threads: auto (the cores shared among the ARL processes on the machine, as "
+                         "train.py) or N; oversubscribed OpenMP threads made forward passes up to 20x slower (docs/models.md)")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (trainer: precision=bf16-mixed)")
     args = ap.parse_args()
     device = torch.device(args.device)
-    if args.threads and device.type == "cpu":
-        torch.set_num_threads(args.threads)
+    if device.type == "cpu":
+        from arl.utils.threads import configure_threads
+
+        configure_threads(args.threads)
     console = Console(width=max(Console().width, 180))
 
     from transformers import AutoTokenizer

@@ -109,11 +109,12 @@ class FixedRollouts(LightningDataModule):
     """The same episodes every iteration; under data parallelism rank r takes its contiguous
     share of the groups (as :class:`RolloutDataModule` does with its seed list)."""
 
-    def __init__(self, episodes, iterations: int = 1, split: str = "even"):
+    def __init__(self, episodes, iterations: int = 1, split: str = "even", sample_mode: str = "turn"):
         super().__init__()
         self.episodes = episodes
         self.iterations = iterations
         self.split = split  # even | last: the last rank gets every group, the others none
+        self.sample_mode = sample_mode  # how the episodes were rolled out (turn samples, or one stream each)
 
     def train_dataloader(self):
         from arl.datamodules.rollout_datamodule import RolloutBatch, rank_share
@@ -125,7 +126,7 @@ class FixedRollouts(LightningDataModule):
             lo, hi = (0, len(groups)) if rank == world - 1 else (0, 0)
         mine = set(groups[lo:hi])
         eps = [e for e in self.episodes if e.group_id in mine]
-        batches = [RolloutBatch(eps, i) for i in range(self.iterations)]
+        batches = [RolloutBatch(eps, i, sample_mode=self.sample_mode) for i in range(self.iterations)]
         return DataLoader(_Batches(batches), batch_size=None, collate_fn=lambda x: x)
 
 
@@ -150,8 +151,21 @@ class Capture(Callback):
         self.result = {"grads": grads, "weights": weights, "metrics": dict(pl_module.last_metrics)}
 
 
-def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: int = 0, split: str = "even") -> dict[str, Any]:
-    """One iteration of the RL module on ``episodes`` through a real Trainer; returns Capture's result."""
+class SeedBeforeUpdate(Callback):
+    """Seed torch's RNG right before each training step, so a test knows the shuffle of the
+    mini-batch split (the step draws ``torch.randperm`` and nothing else from the RNG)."""
+
+    def __init__(self, seed: int):
+        self.seed = int(seed)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        torch.manual_seed(self.seed)
+
+
+def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: int = 0, split: str = "even",
+               callbacks: list | None = None, iterations: int = 1) -> dict[str, Any]:
+    """``iterations`` iterations of the RL module on ``episodes`` through a real Trainer; returns
+    Capture's result (after the first iteration) and the module's final weights and counters."""
     import lightning as L
 
     from arl.models.loading import load_from_config
@@ -171,13 +185,16 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     trainer = L.Trainer(
         accelerator="cpu", devices=devices, strategy=strategy_obj, max_epochs=1, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        callbacks=[capture], num_sanity_val_steps=0, limit_val_batches=0,
+        callbacks=[capture, *(callbacks or [])], num_sanity_val_steps=0, limit_val_batches=0,
     )
     torch.manual_seed(seed)
-    trainer.fit(module, datamodule=FixedRollouts(episodes, split=split))
+    trainer.fit(module, datamodule=FixedRollouts(episodes, iterations=iterations, split=split,
+                                                 sample_mode=c["rollout"].get("sample_mode", "turn")))
     out = dict(capture.result or {})
     out["skipped_steps"] = module.skipped_steps
     out["global_rank"] = trainer.global_rank
+    out["final_weights"] = {k: v.detach().clone() for k, v in module.policy.state_dict().items()} if strategy != "fsdp2" else None
+    out["last_metrics"] = dict(getattr(module, "last_metrics", {}) or {})
     return out
 
 
