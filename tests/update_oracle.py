@@ -88,11 +88,14 @@ def store_old_log_probs(model, episodes: list[Episode], shifts=(0.0, 0.05, -0.05
 
 
 # ------------------------------------------------------------------------------------- scoring
+TEMPERATURE = {"value": 1.0}  # the rollout temperature the trainer scores with (logits / T)
+
+
 def _forward(model, prompt: list[int], response: list[int]):
     ids = torch.tensor([list(prompt) + list(response)])
     logits = model(input_ids=ids, use_cache=False).logits[0].float()  # (L, V), no padding, no mask
     p = len(prompt)
-    rows = logits[p - 1 : p - 1 + len(response)]  # row j predicts response[j]
+    rows = logits[p - 1 : p - 1 + len(response)] / TEMPERATURE["value"]  # row j predicts response[j]
     logp = torch.log_softmax(rows, dim=-1)
     chosen = logp[torch.arange(len(response)), torch.tensor(response)]
     entropy = -(logp.exp() * logp).sum(-1)
@@ -112,13 +115,28 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def turn_advantages(episodes: list[Episode], advantage: dict) -> dict[tuple[int, int], float]:
-    """Advantage of every turn, keyed by (episode id, turn index), from DESIGN section 4."""
+def kl_rewards(reference, episodes: list[Episode], coef: float) -> dict[tuple[int, int], float]:
+    """``algo.kl.in_loss=false``: each turn's reward minus coef x the sum over its tokens of k3
+    between the stored old log-probs (the policy that sampled) and the reference."""
+    out = {}
+    with torch.no_grad():
+        for ep in episodes:
+            for k, t in enumerate(ep.turns):
+                ref = token_log_probs(reference, t.prompt_ids, t.response_ids)
+                x = ref - torch.tensor(t.rollout_log_probs)
+                out[(ep.episode_id, k)] = t.reward - coef * float((torch.exp(x) - x - 1.0).clamp(-10, 10).sum())
+    return out
+
+
+def turn_advantages(episodes: list[Episode], advantage: dict, rewards: dict | None = None) -> dict[tuple[int, int], float]:
+    """Advantage of every turn, keyed by (episode id, turn index), from DESIGN section 4; the turn
+    rewards are the episodes' own unless ``rewards`` gives others (the KL-shaped ones)."""
     penalty = float(advantage["invalid_penalty"])
     name = advantage["name"]
     eps = 1e-6
+    reward = rewards or {(ep.episode_id, k): t.reward for ep in episodes for k, t in enumerate(ep.turns)}
     turns = [(ep, k, t) for ep in episodes for k, t in enumerate(ep.turns)]
-    ret = {ep.episode_id: sum(t.reward for t in ep.turns) for ep in episodes}
+    ret = {ep.episode_id: sum(reward[(ep.episode_id, k)] for k in range(len(ep.turns))) for ep in episodes}
     score = {(ep.episode_id, k): ret[ep.episode_id] + (0.0 if t.valid else penalty) for ep, k, t in turns}
     groups = sorted({ep.group_id for ep in episodes})
     out: dict[tuple[int, int], float] = {}
@@ -136,7 +154,7 @@ def turn_advantages(episodes: list[Episode], advantage: dict) -> dict[tuple[int,
     for ep in episodes:
         running = 0.0
         for k in range(len(ep.turns) - 1, -1, -1):
-            running = ep.turns[k].reward + gamma * running
+            running = reward[(ep.episode_id, k)] + gamma * running
             step_return[(ep.episode_id, k)] = running + (0.0 if ep.turns[k].valid else penalty)
     for g in groups:
         keys = [(ep.episode_id, k) for ep, k, _ in turns if ep.group_id == g]
@@ -243,7 +261,8 @@ def mini_batch_loss(model, reference, batch, advantages, algo: dict, on_policy: 
     agg = algo["loss"]["agg"]
     n_seqs = len(batch)
     loss = _aggregate(pg_terms, agg, n_tokens, n_seqs)
-    loss = loss + float(algo["kl"]["coef"]) * _aggregate(kl_terms, agg, n_tokens, n_seqs)
+    if algo["kl"]["in_loss"]:
+        loss = loss + float(algo["kl"]["coef"]) * _aggregate(kl_terms, agg, n_tokens, n_seqs)
     loss = loss - float(algo["entropy_coeff"]) * _aggregate(ent_terms, agg, n_tokens, n_seqs)
     return loss
 
@@ -283,7 +302,8 @@ def clip_grad_norm(params, max_norm: float) -> float:
 
 
 def oracle_update(model0, episodes, algo: dict, mode: str, n_steps: int, lr: float, weight_decay: float,
-                  grad_clip: float, perm_seed: int, adam_eps: float = 1e-8) -> tuple[dict[str, torch.Tensor], list[float]]:
+                  grad_clip: float, perm_seed: int, adam_eps: float = 1e-8,
+                  temperature: float = 1.0) -> tuple[dict[str, torch.Tensor], list[float]]:
     """The weights after one iteration: ``n_steps`` AdamW steps over the samples shuffled by
     ``torch.randperm`` under ``perm_seed`` and split into nearly equal mini-batches
     (``torch.tensor_split``), as the trainer's protocol (docs/architecture.md) does. With a
@@ -292,9 +312,11 @@ def oracle_update(model0, episodes, algo: dict, mode: str, n_steps: int, lr: flo
 
     Returns the final state dict and the gradient norm of every step.
     """
+    TEMPERATURE["value"] = temperature
     model = copy.deepcopy(model0).train()
     reference = copy.deepcopy(model0).eval()
-    advantages = turn_advantages(episodes, algo["advantage"])
+    shaped = None if algo["kl"]["in_loss"] else kl_rewards(reference, episodes, float(algo["kl"]["coef"]))
+    advantages = turn_advantages(episodes, algo["advantage"], shaped)
     samples = samples_of(episodes, mode)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = AdamW(params, lr=lr, weight_decay=weight_decay, eps=adam_eps)
@@ -309,4 +331,5 @@ def oracle_update(model0, episodes, algo: dict, mode: str, n_steps: int, lr: flo
         loss.backward()
         norms.append(clip_grad_norm(params, grad_clip))
         opt.step()
+    TEMPERATURE["value"] = 1.0
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, norms

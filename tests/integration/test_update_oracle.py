@@ -60,6 +60,8 @@ CASES = [
     ("sampo", "turn", 2, ["algo.advantage.norm=mean_std_norm", "algo.loss.agg=seq-mean-token-mean"]),
     ("cispo_seqmask", "turn", 2, []),                          # CISPO weight + sequence masking
     ("sapo", "turn", 2, ["algo.entropy_coeff=0.01"]),
+    ("gigpo", "turn", 2, ["algo.kl.in_loss=false", "algo.kl.coef=0.5"]),  # KL as a per-turn reward penalty
+    ("grpo", "turn", 2, ["rollout.temperature=0.7"]),                       # scoring at the sampling temperature
 ]
 
 
@@ -75,7 +77,7 @@ def test_one_iteration_equals_the_oracle(algo, mode, steps, extra):
     assert res["metrics"]["actor/optimizer_steps"] == steps
     want, norms = oracle.oracle_update(
         model, episodes, c["algo"], mode, steps, lr=1e-3, weight_decay=0.01, grad_clip=0.5, perm_seed=PERM_SEED,
-        adam_eps=ADAM_EPS,
+        adam_eps=ADAM_EPS, temperature=float(c["rollout"]["temperature"]),
     )
     got = res["weights"]
     moved = max(float((want[k] - dict(model.state_dict())[k]).abs().max()) for k in want)

@@ -211,21 +211,5 @@ def test_fold_adapters_keeps_the_function_and_resets_the_adapters(base_and_lora)
     assert all(torch.count_nonzero(p) == 0 for n, p in folded.named_parameters() if "lora_B" in n)
 
 
-@pytest.mark.slow
-def test_one_rl_iteration_with_lora_and_checkpointing_exports_a_plain_model(tmp_path):
-    """The pipeline as it is: LoRA policy (reference = a copy), gradient checkpointing, merged export."""
-    from transformers import AutoModelForCausalLM
-
-    from arl.pipeline import train
-    from arl_testing import compose
-
-    cfg = compose(
-        ["debug=smoke", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
-         "rollout.max_new_tokens=12", "algo.filter.name=none", "model.lora.enabled=true", "model.lora.r=4",
-         "model.gradient_checkpointing=true", "callbacks.last_checkpoint=null", "callbacks.model_checkpoint=null"],
-        output_dir=str(tmp_path),
-    )
-    results = train(cfg)
-    plain = AutoModelForCausalLM.from_pretrained(results["policy_hf"])
-    assert type(plain).__name__ == "Qwen3ForCausalLM"
-    assert not any("lora" in k for k in plain.state_dict())
+# one RL iteration of a LoRA policy with gradient checkpointing through the pipeline, and its merged
+# export: tests/integration/test_recipes_train.py::test_lora_with_gradient_checkpointing_trains_the_adapters

@@ -12,6 +12,7 @@ empty ``gt_answer``; the loader drops them and they are excluded here.
 from __future__ import annotations
 
 import random
+import re
 import time
 
 import pytest
@@ -196,12 +197,30 @@ def test_every_math_answer_matches_its_renderings():
     assert not bad, bad[:10]
 
 
+def respelled(truth: str) -> str:
+    """The same answer written differently: display fractions, spaces after commas and around
+    the operators (a different string whenever the answer has any of those)."""
+    return re.sub(r"(?<![dt])\\frac", r"\\dfrac", truth).replace(",", ", ").replace("+", " + ").replace("=", " = ")
+
+
 @pytest.mark.timeout(300)
 def test_math_verify_accepts_a_sample_of_math_answers_against_themselves():
+    """math-verify alone parses every sampled ground truth (against itself, the test of the slow
+    suite over all of them), accepts another spelling of it, and rejects the numeric answers
+    moved by one."""
     answers = _math_answers()
     sample = random.Random(0).sample(answers, 300)
     bad = [t for t in sample if not library_equivalent(normalise_answer(t), normalise_answer(t))]
     assert not bad, bad
+    other = [(t, respelled(t)) for t in sample if respelled(t) != t]
+    assert len(other) > 50
+    bad = [pair for pair in other if not library_equivalent(normalise_answer(pair[1]), normalise_answer(pair[0]))]
+    assert not bad, bad[:10]
+    numbers = [(t, as_fraction(normalise_answer(t))) for t in sample]
+    moved = [(t, f"{v + 1}") for t, v in numbers if v is not None]
+    assert len(moved) > 50
+    wrong = [pair for pair in moved if library_equivalent(normalise_answer(pair[1]), normalise_answer(pair[0]))]
+    assert not wrong, wrong[:10]
 
 
 @pytest.mark.slow
