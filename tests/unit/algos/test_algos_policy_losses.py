@@ -56,6 +56,20 @@ def test_ppo_clip_hand() -> None:
     assert m["ppo_kl"].item() == pytest.approx(-math.log(1.5) / 3)
 
 
+def test_ppo_clip_asymmetric_bounds_hand() -> None:
+    # eps_low = 0.1, eps_high = 0.3 (DAPO's clip-higher shape): the range is [0.9, 1.3]
+    cfg = PolicyLossConfig(clip_ratio_low=0.1, clip_ratio_high=0.3)
+    ratios = [1.25, 1.4, 0.85, 0.95]
+    adv = [1.0, 1.0, -1.0, -1.0]
+    loss, grad, _ = run("ppo_clip", [[math.log(r) for r in ratios]], [[0.0] * 4], [adv], cfg=cfg)
+    # a: A=+1 r=1.25 inside the range: -1.25 (grad -1.25); with the bounds swapped ([0.7, 1.1]) it would clip to -1.1
+    # b: A=+1 r=1.4 above 1.3: max(-1.4, -1.3) = -1.3 (clipped, grad 0)
+    # c: A=-1 r=0.85 below 0.9: max(0.85, 0.9) = 0.9 (clipped, grad 0); swapped it would stay 0.85
+    # d: A=-1 r=0.95 inside: 0.95 (grad -A r = 0.95)
+    torch.testing.assert_close(loss, t([[-1.25, -1.3, 0.9, 0.95]]))
+    torch.testing.assert_close(grad, t([[-1.25, 0.0, 0.0, 0.95]]))
+
+
 def test_ppo_clip_log_ratio_clamp_keeps_values_finite() -> None:
     # log r = 30 is clamped to 20: A=-1 with a huge dual-clip constant gives exp(20), grad 0
     loss, grad, _ = run("ppo_clip", [[30.0]], [[0.0]], [[-1.0]], cfg=PolicyLossConfig(clip_ratio_c=1e12))
