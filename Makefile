@@ -27,6 +27,9 @@ install: $(VENV)/.installed ## create .venv and install torch ($(TORCH_SPEC)) th
 train: install ## run the main job on the embedded default (SAMPO on Sokoban, tiny model, CPU)
 	$(PY) src/train.py experiment=sampo_sokoban debug=cpu_small $(ARGS)
 
+run: install ## python src/train.py $(ARGS) in the venv (e.g. make run ARGS="experiment=grpo_sokoban debug=cpu_small")
+	$(PY) src/train.py $(ARGS)
+
 smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)
 
@@ -75,4 +78,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-smollm2 train smoke test test-slow test-vllm mutation study bench tb clean-logs
+.PHONY: help install install-smollm2 train run smoke test test-slow test-vllm mutation study bench tb clean-logs

@@ -1,6 +1,6 @@
 """Turn a multirun folder into a markdown table and PNG plots.
 
-    python src/report.py logs/<task>/multiruns/<date>            # writes <folder>/report/
+    python src/report.py logs/multiruns/<time>                   # writes <folder>/report/
     python src/report.py <folder> --out docs/results/sokoban      # somewhere else
 
 Prints the table; see ``arl.report`` for what each column means.

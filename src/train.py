@@ -1,7 +1,10 @@
-"""Train an LLM agent: ``python src/train.py experiment=sampo_sokoban`` (the default).
+"""Train an LLM agent: ``python src/train.py experiment=sampo_sokoban debug=cpu_small`` (= ``make train``).
 
-Composes the Hydra config, validates it before anything heavy is built, and hands it to
-``arl.pipeline.train``. Returns the optimised metric for Hydra sweepers.
+Composes the Hydra config, validates it and checks that this machine has what it needs (a GPU,
+vLLM, the model folder) before anything heavy is built, and hands it to ``arl.pipeline.train``.
+Returns the optimised metric for Hydra sweepers. ``dry_run=true`` stops after those checks
+(and after resolving ``ckpt_path``), printing what the run would be: every job of a multirun
+is checked in seconds.
 """
 
 from __future__ import annotations
@@ -25,15 +28,18 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
-    from arl.utils.config import ConfigError, validate_config
+    from arl.utils.config import ConfigError, check_machine, validate_config
     from arl.utils.threads import configure_threads
 
     try:
         validate_config(cfg)
+        configure_threads(cfg.get("threads", "auto"))  # before any torch work
+        check_machine(cfg)
+        if cfg.get("dry_run"):
+            return dry_run(cfg)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.pipeline import train
 
     try:
@@ -41,6 +47,46 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:  # e.g. ckpt_path=last with no run to resume
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+def dry_run(cfg: DictConfig) -> None:
+    """Print what the run would be; nothing is built (the config is valid for this machine)."""
+    from omegaconf import OmegaConf
+
+    from arl.resume import resolve_ckpt_path
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    ckpt = resolve_ckpt_path(c)
+    stages = [s for s, on in (("bc", c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None),
+                              ("rl", c["rl"].get("enabled", True))) if on]
+    model = c["model"].get("init_from") or c["model"].get("path") or c["model"]["name"]
+    print(
+        f"dry run: {c['task_name']}: algo={c['algo']['name']} env={c['env']['name']} model={model} "
+        f"trainer={c['trainer'].get('accelerator')}x{c['trainer'].get('devices')} rollout={c['rollout']['engine']} "
+        f"stages={'+'.join(stages) or 'none'} iterations={c['rl']['iterations']}"
+        + (f" resume={ckpt}" if ckpt is not None else "")
+        + " -- config valid for this machine; nothing was run"
+    )
+    _remove_empty_run_folder(Path(c["paths"]["output_dir"]))
+
+
+def _remove_empty_run_folder(out: Path) -> None:
+    """A dry run leaves no run folder behind: Hydra made one for its config and log before the
+    app started; it goes when it holds nothing else (a multirun's job folders stay, as the sweep)."""
+    import shutil
+
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        if str(HydraConfig.get().mode) != "RunMode.RUN":
+            return
+    except ValueError:
+        return
+    if out.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in out.iterdir()):
+        import logging
+
+        logging.shutdown()  # close the file handler of the log before its folder goes
+        shutil.rmtree(out, ignore_errors=True)
 
 
 if __name__ == "__main__":

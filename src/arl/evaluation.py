@@ -105,13 +105,6 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
     return OmegaConf.to_container(OmegaConf.merge(out, mine), resolve=True)
 
 
-def describe_sampling(params) -> str:
-    """``greedy`` or ``T 0.6, top-p 0.95, top-k 20``: how validation sampled, for tables."""
-    if params.temperature <= 0:
-        return "greedy"
-    return f"T {params.temperature:g}, top-p {params.top_p:g}, top-k {params.top_k}"
-
-
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     from arl.models.loading import load_policy
     from arl.pipeline import build_agent_loop, build_engine, sampling_params
@@ -137,7 +130,7 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     rows = [(k, f"{v:.3f}") for k, v in metrics.items() if k.startswith("val/")]
     rows.insert(0, ("policy", str(ckpt)))
     rows.insert(1, ("episodes", str(c["rollout"]["val_episodes"])))
-    rows.insert(2, ("sampling", describe_sampling(sampling_params(c["rollout"], validation=True))))
+    rows.insert(2, ("sampling", sampling_params(c["rollout"], validation=True).describe()))
     if episodes_path is not None:
         rows.insert(3, ("episodes, turn by turn", str(episodes_path)))
     console.print(results_table(f"validation on {c['env']['name']}", rows))

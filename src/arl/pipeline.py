@@ -35,7 +35,8 @@ from arl.modules.rl_module import AgenticRLModule
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
-from arl.utils.config import ConfigError, validate_config
+from arl.resume import checkpoint_iteration, resolve_ckpt_path
+from arl.utils.config import validate_config
 from arl.utils.fsdp import full_state_dict, is_sharded, strategy_kwargs, strategy_name
 from arl.utils.logging import console, results_table
 
@@ -283,45 +284,6 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
     return results, model
 
 
-def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
-    """The newest ``<log_dir>/<task_name>/runs/*/checkpoints/last.ckpt`` (a file or a sharded folder)."""
-    root = Path(log_dir) / task_name / "runs"
-    found = list(root.glob("*/checkpoints/last.ckpt"))
-    if not found:
-        raise ConfigError(
-            f"ckpt_path=last: no checkpoint of task {task_name!r} found ({root}/*/checkpoints/last.ckpt); "
-            "pass ckpt_path=<file> or check task_name and paths.log_dir"
-        )
-
-    def mtime(p: Path) -> float:
-        meta = p / "meta.pt"
-        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
-
-    return max(found, key=mtime)
-
-
-def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
-    """``ckpt_path`` as a path: ``last`` finds the newest run of ``task_name``; None if unset."""
-    value = c.get("ckpt_path")
-    if not value:
-        return None
-    if str(value) == "last":
-        return find_last_checkpoint(c["paths"]["log_dir"], c["task_name"])
-    path = Path(str(value))
-    if not path.exists():
-        raise ConfigError(f"ckpt_path={value!r} does not exist")
-    return path
-
-
-def checkpoint_iteration(path: Path) -> int:
-    """The RL iteration a checkpoint was written at (file, or sharded folder's ``meta.pt``)."""
-    import torch
-
-    meta = path / "meta.pt" if path.is_dir() else path
-    state = torch.load(meta, map_location="cpu", weights_only=True, mmap=not path.is_dir())
-    return int(state.get("arl", {}).get("iteration", 0))
-
-
 def loss_horizon(c: dict[str, Any]) -> int:
     """H of ``seq-mean-token-sum-norm``: ``algo.loss.horizon``, else the generation budget of one
     sample (``rollout.max_new_tokens``; times ``env.max_turns`` for a whole-episode sample)."""
@@ -457,6 +419,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     if getattr(module, "last_val_iteration", None) != module.iteration or not getattr(module, "last_val", None):
         trainer.validate(module, datamodule=dm, verbose=False)
     results["val_after_rl"] = dict(module.last_val)
+    results["val_sampling"] = sampling_params(r, validation=True).describe()
     results["iterations_done"] = int(module.iteration)
     if engine_model is not model:  # sharded: the final weights, gathered (every rank takes part)
         sync_engine(engine, trainer, module)
@@ -497,6 +460,7 @@ def _finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop,
             rows.append(("val success, untrained", f"{results['bc/val_success_untrained']:.3f}"))
         rows.append(("val success after BC", f"{val.get('val/success_rate', float('nan')):.3f}"))
         rows.append(("val valid-action ratio", f"{val.get('val/valid_action_ratio', float('nan')):.3f}"))
+        rows.append(("validation sampling", sampling_params(c["rollout"], validation=True).describe()))
         rows.append(("episodes in the dataset", f"{int(results.get('bc/episodes', 0))}"))
         rows.append(("dataset", results.get("bc_dataset", "-")))
         rows.append(("policy (model.init_from)", results.get("bc_policy_hf", "-")))
@@ -522,6 +486,7 @@ def _print_summary(results: dict[str, Any], out_dir: Path) -> None:
         rows.append(("val success after BC", f"{before.get('val/success_rate', float('nan')):.3f}"))
     rows.append(("val success after RL", f"{after.get('val/success_rate', float('nan')):.3f}"))
     rows.append(("val valid-action ratio", f"{after.get('val/valid_action_ratio', float('nan')):.3f}"))
+    rows.append(("validation sampling", results.get("val_sampling", "-")))
     rows.append(("run folder", str(out_dir)))
     rows.append(("final policy (HF)", results["policy_hf"]))
     rows.append(("TensorBoard", f"tensorboard --logdir {out_dir / 'tensorboard'}"))

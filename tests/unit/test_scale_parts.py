@@ -103,7 +103,7 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
 
 # --------------------------------------------------------------------------- resume paths
 def test_ckpt_path_last_finds_the_newest_run(tmp_path):
-    from arl.pipeline import find_last_checkpoint, resolve_ckpt_path
+    from arl.resume import find_last_checkpoint, resolve_ckpt_path
 
     with pytest.raises(ConfigError, match="no checkpoint of task 'job'"):
         find_last_checkpoint(tmp_path, "job")

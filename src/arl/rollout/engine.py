@@ -21,6 +21,12 @@ class SamplingParams:
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ("</action>",)
 
+    def describe(self) -> str:
+        """``greedy`` or ``T 0.6, top-p 0.95, top-k 20`` (for tables and logs)."""
+        if self.temperature <= 0:
+            return "greedy"
+        return f"T {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k or 'off'}"
+
 
 @dataclass
 class Generation:

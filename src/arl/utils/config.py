@@ -7,6 +7,7 @@ seconds with a message that names the key and the valid choices.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
@@ -193,3 +194,59 @@ def _validate_scale(c: dict[str, Any]) -> None:
             value = collapse.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")
+
+
+CPU_ALTERNATIVE = (
+    "the same experiment on a CPU: add debug=cpu_small (the embedded tiny model) or debug=cpu_pretrained "
+    "(SmolLM2-135M-Instruct), or choose trainer=cpu (trainer=ddp / trainer=fsdp2_cpu for two CPU processes)"
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _looks_like_a_folder(value: str) -> bool:
+    """A path written as one: absolute, ``./``, ``../``, ``~``, or more than one ``/`` (a hub id
+    is ``org/name``)."""
+    return value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or not _HUB_ID.match(value)
+
+
+def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
+    """What the composed config needs from this machine, checked at start-up before anything is
+    built (``src/train.py`` calls it after :func:`validate_config`, also in a dry run).
+
+    A GPU trainer needs a GPU; ``rollout=vllm`` needs the vllm package; a local model folder
+    (``model.path``, ``model.init_from``) and the data files an env config names
+    (``env.kwargs.*_path`` / ``*_dir``) must exist. Raises :class:`ConfigError` saying what is
+    missing and, for a GPU, the CPU alternative.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    c = _as_dict(cfg)
+    trainer = c.get("trainer") or {}
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
+            )
+    if c["rollout"]["engine"] == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "rollout=vllm needs the vllm package, which is not installed (GPU nodes: pip install 'arl[vllm]'; the "
+            "CPU build runs in its own venv: make test-vllm); rollout=hf generates with transformers instead, or "
+            + CPU_ALTERNATIVE
+        )
+    model = c.get("model") or {}
+    for key in ("init_from", "path"):
+        value = model.get(key)
+        if not value or value == "???" or not isinstance(value, str):
+            continue
+        if key == "init_from" or _looks_like_a_folder(value):
+            if not Path(value).expanduser().exists():
+                what = "an HF folder to start from" if key == "init_from" else "a local folder (a hub id is written org/name)"
+                raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
+    env_kwargs = (c.get("env") or {}).get("kwargs") or {}
+    for key, value in env_kwargs.items():
+        if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
+            raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")

@@ -1,0 +1,51 @@
+"""Which checkpoint a run resumes from: ``ckpt_path`` as a file, a sharded folder, or ``last``.
+
+Light on purpose (no Lightning, no model code): ``src/train.py``'s dry run resolves
+``ckpt_path=last`` with it before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from arl.utils.config import ConfigError
+
+
+def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
+    """The newest ``<log_dir>/<task_name>/runs/*/checkpoints/last.ckpt`` (a file or a sharded folder)."""
+    root = Path(log_dir) / task_name / "runs"
+    found = list(root.glob("*/checkpoints/last.ckpt"))
+    if not found:
+        raise ConfigError(
+            f"ckpt_path=last: no checkpoint of task {task_name!r} found ({root}/*/checkpoints/last.ckpt); "
+            "pass ckpt_path=<file> or check task_name and paths.log_dir"
+        )
+
+    def mtime(p: Path) -> float:
+        meta = p / "meta.pt"
+        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
+
+    return max(found, key=mtime)
+
+
+def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
+    """``ckpt_path`` as a path: ``last`` finds the newest run of ``task_name``; None if unset."""
+    value = c.get("ckpt_path")
+    if not value:
+        return None
+    if str(value) == "last":
+        return find_last_checkpoint(c["paths"]["log_dir"], c["task_name"])
+    path = Path(str(value))
+    if not path.exists():
+        raise ConfigError(f"ckpt_path={value!r} does not exist")
+    return path
+
+
+def checkpoint_iteration(path: Path) -> int:
+    """The RL iteration a checkpoint was written at (file, or sharded folder's ``meta.pt``)."""
+    import torch
+
+    meta = path / "meta.pt" if path.is_dir() else path
+    state = torch.load(meta, map_location="cpu", weights_only=True, mmap=not path.is_dir())
+    return int(state.get("arl", {}).get("iteration", 0))

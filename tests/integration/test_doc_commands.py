@@ -1,0 +1,325 @@
+"""Every shell command in README.md and docs/ is composed or executed here, so a doc command that
+breaks fails ``make test``.
+
+The commands are the lines of the ``bash`` code blocks (continuation lines joined, comments
+dropped). Each gets one of these treatments, chosen by the rules of :func:`plan` (every rule says
+why):
+
+* ``dry-run``: ``src/train.py``'s start-up: Hydra composes the config, the validation and the
+  machine check run, ``ckpt_path`` is resolved, and nothing is built. Multiruns, resumes and the
+  make recipes run the real CLI with ``dry_run=true`` (every job of a sweep; exit 0 required);
+  the other single runs do the same steps in this process, with the same overrides as the shell
+  would pass them (a subprocess costs 9 s of imports each).
+* ``gpu``: commands that need a GPU (the paper-scale experiments, GPU trainers, vLLM) on this
+  machine without one: the same dry run must stop at start-up, exit 2, with a message that names
+  the GPU and the CPU alternative.
+* ``missing``: a documented example path that does not exist here (``/data/checkpoints/...``):
+  the dry run must stop at start-up saying the folder does not exist.
+* ``run``: ``src/eval.py``, ``src/report.py`` and ``scripts/mutation.py --check`` run for real on
+  the fixture run and multirun below (shortened: a few validation episodes).
+* ``make``: a make target's recipe (``make -n``) is planned like the commands it runs.
+* ``skip``: installers, servers, benchmarks, the test suite itself, and the commands that only
+  show what ``scripts/sokoban_study.sh`` runs (the study is run shortened by its own test).
+
+Placeholders (``<run>``, ``<time>``, ``<bc run>``, ``<same overrides>``) are filled with a real
+smoke run made once for the module; ``logs/`` of that run lives in a temporary ``ARL_ROOT``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from arl_testing import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PY = sys.executable
+
+# --------------------------------------------------------------------------- extraction
+
+
+@dataclass
+class DocCommand:
+    source: str  # file:line
+    text: str  # the command, comments dropped, continuation lines joined
+
+
+def doc_commands() -> list[DocCommand]:
+    out = []
+    for path in DOCS:
+        lines = path.read_text().splitlines()
+        in_block = False
+        pending, start = "", 0
+        for i, line in enumerate(lines, 1):
+            fence = line.strip()
+            if fence.startswith("```"):
+                in_block = not in_block and fence[3:].strip() in ("bash", "sh", "shell")
+                continue
+            if not in_block:
+                continue
+            stripped = line.strip()
+            if not pending and (not stripped or stripped.startswith("#")):
+                continue
+            if not pending:
+                start = i
+            if stripped.endswith("\\"):
+                pending += stripped[:-1] + " "
+                continue
+            raw = _drop_comment(pending + stripped)  # the quoting stays as written, for shlex later
+            pending = ""
+            if raw:
+                out.append(DocCommand(f"{path.relative_to(ROOT)}:{start}", raw))
+    return out
+
+
+def _drop_comment(line: str) -> str:
+    """The line without a trailing ``# comment`` (a ``#`` after white space, outside quotes)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+# --------------------------------------------------------------------------- treatment
+
+GPU_MARKERS = ("trainer=gpu", "trainer=fsdp ", "trainer=fsdp2", "accelerator=gpu", "rollout=vllm")
+
+
+def _paper_experiment(cmd: str) -> bool:
+    """``experiment=<method>_<env>`` (or a BC experiment) at the paper's GPU scale: no debug group."""
+    return bool(re.search(r"experiment=(?!glob)\S+", cmd)) and "debug=" not in cmd
+
+
+def plan(cmd: str) -> tuple[str, str]:
+    """(treatment, reason) for one documented command."""
+    c = cmd + " "
+    if c.startswith("pip install"):
+        return "skip", "installs packages (make install and CI install them)"
+    if c.startswith("alfworld-download") or c.startswith("export "):
+        return "skip", "downloads the official ALFWorld games (no network here) / sets a variable for the next line"
+    if c.startswith("make "):
+        target = cmd.split()[1]
+        if target == "test":
+            return "skip", "the README's test command: CI runs it, and it runs this test"
+        if target == "tb":
+            return "skip", "starts a TensorBoard server"
+        if target == "bench":
+            return "skip", "benchmarks (minutes; they print tables, no pass/fail)"
+        if target == "study":
+            return "skip", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"
+        if target == "mutation":
+            return "run", "its script with --check: every named mutant still matches the code"
+        return "make", f"the train.py commands of make {target}'s recipe, dry-run"
+    if "$s" in cmd or "$PWD" in cmd or "$OUT" in cmd:
+        return "skip", "shows what scripts/sokoban_study.sh runs (run shortened by the study test)"
+    if cmd.startswith("bash scripts/sokoban_study.sh"):
+        return "skip", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"
+    if "scripts/mutation.py" in cmd:
+        return "run", "checks that every named mutant still matches the code (--check)"
+    if "src/eval.py" in cmd or "src/report.py" in cmd:
+        return "run", "runs on the fixture run (a few validation episodes)"
+    if "src/train.py" in cmd:
+        if "=/data/" in cmd:
+            return "missing", "an example path of the user's data: must stop at start-up saying it does not exist"
+        if any(m in c for m in GPU_MARKERS) or _paper_experiment(cmd):
+            return "gpu", "needs a GPU (paper scale, a GPU trainer or vLLM): must stop at start-up with the CPU alternative"
+        return "dry-run", "composed and validated by train.py's dry run (a hub model is not fetched)"
+    raise AssertionError(f"no rule for the documented command {cmd!r}: add one to plan()")
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def env_root(tmp_path_factory):
+    """A temporary ARL_ROOT with a real smoke run (BC, one RL iteration, checkpoint, exports) of
+    task ``train`` (what ``ckpt_path=last`` finds) and a two-job multirun for the report."""
+    root = _tree(tmp_path_factory.mktemp("arl_root"))
+    env = _env(root)
+    small = ["bc.episodes=24", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
+             "rollout.groups_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=12"]
+    run = subprocess.run([PY, "src/train.py", "debug=smoke", *small], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    run_dir = sorted((root / "logs" / "debug" / "runs").iterdir())[-1]
+    # the same run as task "train" too, the default task name, for the README's ckpt_path=last
+    train_run = root / "logs" / "train" / "runs" / run_dir.name
+    shutil.copytree(run_dir, train_run, symlinks=True)
+    multi = subprocess.run([PY, "src/train.py", "-m", "seed=1,2", "debug=smoke", "bc.enabled=false", *small[2:],
+                            f"hydra.sweep.dir={root / 'multirun'}"],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert multi.returncode == 0, multi.stdout[-2000:] + multi.stderr[-4000:]
+    return Fixture(root, train_run, root / "multirun")
+
+
+@dataclass
+class Fixture:
+    root: Path
+    run: Path  # a finished run: checkpoints/last.ckpt, bc_policy_hf, bc_dataset.jsonl, policy_hf
+    multirun: Path  # a finished two-job multirun
+
+
+def _tree(root: Path) -> Path:
+    """``root`` as a checkout to run commands in: configs, src and scripts linked, its own logs/."""
+    for name in ("configs", "src", "scripts"):
+        (root / name).symlink_to(ROOT / name)
+    return root
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYDRA")}
+    env.update(ARL_ROOT=str(root), PYTHONPATH=str(ROOT / "src"), OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def fill(cmd: str, fx: Fixture) -> str:
+    """The command with its placeholders filled from the fixture run."""
+    run, multirun = fx.run, fx.multirun
+    out = cmd
+    out = out.replace("logs/sampo_sokoban/runs/<time>", str(run)).replace("logs/<task>/runs/<time>", str(run))
+    out = out.replace("logs/multiruns/<time>", str(multirun)).replace("logs/study/sokoban_matrix", str(multirun))
+    out = out.replace("<bc run>", str(run)).replace("<run>", str(run))
+    out = out.replace("<same overrides as the run>", "debug=smoke").replace("<same overrides>", "debug=smoke")
+    out = out.replace("'<run>/", f"'{run}/")
+    assert "<" not in out.replace("<|", ""), f"unfilled placeholder in {out!r}"
+    return out
+
+
+def _run(cmd: str, root: Path, extra: list[str] = (), timeout: int = 600) -> subprocess.CompletedProcess:
+    args = shlex.split(cmd)
+    if args[0] == "python":
+        args[0] = PY
+    args += list(extra)
+    return subprocess.run(args, cwd=root, env=_env(root), capture_output=True, text=True, timeout=timeout)
+
+
+def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
+    """What ``src/train.py <overrides> dry_run=true`` does for a single run, in this process:
+    (0, "") or (2, the start-up message)."""
+    from omegaconf import OmegaConf
+
+    from arl.resume import resolve_ckpt_path
+    from arl.utils.config import ConfigError, check_machine, validate_config
+    from arl_testing import compose
+
+    args = shlex.split(cmd)
+    overrides = args[args.index("src/train.py") + 1:] + [f"paths.log_dir={root / 'logs'}"]
+    try:
+        cfg = compose(overrides)
+        validate_config(cfg)
+        check_machine(cfg)
+        resolve_ckpt_path(OmegaConf.to_container(cfg, resolve=True))
+    except ConfigError as err:
+        return 2, str(err)
+    return 0, ""
+
+
+def _needs_the_cli(cmd: str, make: bool) -> bool:
+    args = shlex.split(cmd)
+    return make or "-m" in args or "--multirun" in args or "hparams_search=" in cmd or "ckpt_path=" in cmd
+
+
+def _make_recipe(target: str) -> list[str]:
+    """The ``src/train.py`` commands ``make -n <target>`` would run (with ``python`` for the venv's)."""
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", ".venv/.smollm2", target, "PY=python"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    cmds = [line.strip() for line in out.stdout.splitlines() if "src/train.py" in line]
+    assert cmds, f"make -n {target} runs no src/train.py command:\n{out.stdout}"
+    return cmds
+
+
+# --------------------------------------------------------------------------- the test
+
+COMMANDS = doc_commands()
+
+
+def test_the_docs_hold_commands():
+    counts: dict[str, int] = {}
+    for c in COMMANDS:
+        counts[plan(c.text)[0]] = counts.get(plan(c.text)[0], 0) + 1
+    print(f"{len(COMMANDS)} documented commands: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+    assert len(COMMANDS) >= 60 and counts.get("dry-run", 0) >= 20
+
+
+@pytest.mark.parametrize("doc", COMMANDS, ids=[f"{c.source}" for c in COMMANDS])
+def test_documented_command(doc, env_root):
+    treatment, reason = plan(doc.text)
+    if treatment == "skip":
+        pytest.skip(reason)
+    if doc.text.startswith("make mutation"):
+        commands = ["python scripts/mutation.py"]
+    elif treatment == "make":
+        commands = _make_recipe(doc.text.split()[1])
+    else:
+        commands = [doc.text]
+    for cmd in commands:
+        cmd_treatment = plan(cmd)[0] if treatment == "make" else treatment
+        cmd = fill(cmd, env_root)
+        root = env_root.root
+        if cmd_treatment in ("dry-run", "gpu", "missing"):
+            if _needs_the_cli(cmd, treatment == "make"):
+                out = _run(cmd, root, ["dry_run=true"])
+                code, message = out.returncode, out.stdout + out.stderr
+                if code == 0:
+                    assert "dry run" in out.stdout
+            else:
+                code, message = _startup_in_process(cmd, root)
+            if cmd_treatment == "dry-run":
+                assert code == 0, f"{doc.source}: {cmd}\n{message[-4000:]}"
+            elif cmd_treatment == "gpu":
+                assert code == 2, f"{doc.source}: {cmd} did not stop at start-up\n{message[-3000:]}"
+                assert "GPU" in message and "debug=cpu_small" in message, message[-2000:]
+            else:
+                assert code == 2 and "does not exist" in message, message[-2000:]
+        elif cmd_treatment == "run":
+            extra = []
+            if "src/eval.py" in cmd:
+                cmd = re.sub(r"rollout\.val_episodes=\d+", "", cmd)
+                extra = ["rollout.val_episodes=2"]
+            if "scripts/mutation.py" in cmd:
+                extra = ["--check"]
+            out = _run(cmd, root, extra)
+            assert out.returncode == 0, f"{doc.source}: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        else:
+            raise AssertionError(f"{doc.source}: the recipe of {doc.text!r} holds {cmd!r} ({cmd_treatment})")
+
+
+def test_make_study_runs_shortened_on_a_fresh_tree(tmp_path):
+    """``make study`` on a tree without logs/: the script makes its folders, runs BC for two seeds,
+    a matrix of two methods for each and the report (budgets cut by environment variables)."""
+    out = tmp_path / "study"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "2",
+           "METHODS": "grpo,sampo",
+           "EXTRA": "bc.episodes=24 bc.epochs=1 bc.bootstrap.episodes=4 bc.val_untrained=false rollout.groups_per_step=2 "
+                    "rollout.group_size=2 rollout.max_new_tokens=12"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "sokoban_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (out / "sokoban_matrix" / "report" / "report.md").exists()
+    report = (out / "sokoban_matrix" / "report" / "report.md").read_text()
+    assert "grpo" in report and "sampo" in report
+
+
+def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):
+    """The CLI itself (what the in-process checks above stand for): exit 2 and the message, in seconds."""
+    _tree(tmp_path)
+    gpu = _run("python src/train.py experiment=sampo_alfworld", tmp_path, ["dry_run=true"], timeout=120)
+    if "needs a GPU" not in gpu.stderr and gpu.returncode == 0:
+        pytest.skip("this machine has a GPU")
+    assert gpu.returncode == 2 and "debug=cpu_small" in gpu.stderr, gpu.stderr[-2000:]
+    missing = _run("python src/train.py model=hf model.path=/data/checkpoints/my_sft", tmp_path, ["dry_run=true"], timeout=120)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr, missing.stderr[-2000:]
