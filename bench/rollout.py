@@ -26,7 +26,6 @@ try:
 except ImportError:  # run from a checkout without PYTHONPATH=src
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-import torch
 from rich.console import Console
 from rich.table import Table
 

@@ -28,7 +28,8 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
-    from arl.utils.config import ConfigError, check_machine, validate_config
+    from arl.config import check_machine, validate_config
+    from arl.utils.config import ConfigError
     from arl.utils.threads import configure_threads
 
     try:

@@ -77,9 +77,9 @@ def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
     """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
     from arl.agent.loop import Task
     from arl.models.loading import load_from_config
-    from arl.pipeline import _container, build_agent_loop, build_engine, sampling_params
+    from arl.builders import container, build_agent_loop, build_engine, sampling_params
 
-    c = _container(cfg)
+    c = container(cfg)
     model, tok, _ = load_from_config(c["model"])
     loop = build_agent_loop(c, build_engine(c["rollout"], model, tok), tok)
     torch.manual_seed(seed)
@@ -169,9 +169,9 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     import lightning as L
 
     from arl.models.loading import load_from_config
-    from arl.pipeline import _container, build_rl_module, build_strategy
+    from arl.builders import container, build_rl_module, build_strategy
 
-    c = _container(cfg)
+    c = container(cfg)
     model, tok, _ = load_from_config(c["model"])
     model.train()
     module = build_rl_module(cfg, model, tok)

@@ -35,7 +35,7 @@ def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = N
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
     (:func:`episode_record`)."""
-    from arl.pipeline import sampling_params
+    from arl.builders import sampling_params
 
     params = sampling_params(rollout, validation=True)
     batches = validation_batches(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
@@ -107,7 +107,7 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     from arl.models.loading import load_policy
-    from arl.pipeline import build_agent_loop, build_engine, sampling_params
+    from arl.builders import build_agent_loop, build_engine, sampling_params
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if not ckpt.exists():

@@ -123,7 +123,7 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     from arl.envs.registry import make_env
     from arl.envs.sokoban.expert import expert_response
     from arl.models.loading import load_policy
-    from arl.pipeline import build_agent_loop
+    from arl.builders import build_agent_loop
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
     from omegaconf import OmegaConf

@@ -212,7 +212,8 @@ def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
     from omegaconf import OmegaConf
 
     from arl.resume import resolve_ckpt_path
-    from arl.utils.config import ConfigError, check_machine, validate_config
+    from arl.config import check_machine, validate_config
+    from arl.utils.config import ConfigError
     from arl_testing import compose
 
     args = shlex.split(cmd)

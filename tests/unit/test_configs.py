@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from arl.utils.config import ConfigError, validate_config
+from arl.config import validate_config
+from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, ROOT, compose, needs_smollm2
 
 EXPERIMENTS = sorted(p.stem for p in (CONFIG_DIR / "experiment").glob("*.yaml"))
@@ -326,7 +327,7 @@ def test_per_method_clips_of_the_official_scripts():
 
 
 def test_validation_samples_as_the_paper_and_greedy_is_an_option():
-    from arl.pipeline import sampling_params
+    from arl.builders import sampling_params
 
     c = compose([])
     params = sampling_params(c.rollout, validation=True)
@@ -356,11 +357,11 @@ def test_rollout_old_log_probs_refuse_the_rollout_correction():
 
 
 def test_the_horizon_is_the_generation_budget():
-    from arl.pipeline import _container, loss_horizon
+    from arl.builders import container, loss_horizon
 
-    assert loss_horizon(_container(compose(["rollout.max_new_tokens=24"]))) == 24
-    assert loss_horizon(_container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
-    assert loss_horizon(_container(compose(["algo.loss.horizon=7"]))) == 7
+    assert loss_horizon(container(compose(["rollout.max_new_tokens=24"]))) == 24
+    assert loss_horizon(container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
+    assert loss_horizon(container(compose(["algo.loss.horizon=7"]))) == 7
 
 
 @pytest.mark.parametrize("overrides,reuse", [
@@ -372,9 +373,9 @@ def test_the_horizon_is_the_generation_budget():
     (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
 ])
 def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
-    from arl.pipeline import _container, reuse_rollout_log_probs
+    from arl.builders import container, reuse_rollout_log_probs
 
-    assert reuse_rollout_log_probs(_container(compose(overrides))) is reuse
+    assert reuse_rollout_log_probs(container(compose(overrides))) is reuse
 
 
 def test_config_tests_skip_without_the_smollm2_extra(tmp_path):
@@ -406,7 +407,7 @@ def test_config_tests_skip_without_the_smollm2_extra(tmp_path):
 @pytest.mark.parametrize("overrides", [["trainer=gpu"], ["trainer=fsdp2"], ["experiment=sampo_alfworld"],
                                        ["trainer=ddp", "trainer.accelerator=gpu"]])
 def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
-    from arl.utils.config import check_machine
+    from arl.config import check_machine
 
     cfg = compose(overrides)
     validate_config(cfg)  # the config itself is fine
@@ -417,7 +418,7 @@ def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_without_the_package_says_how_to_get_it():
-    from arl.utils.config import check_machine
+    from arl.config import check_machine
 
     with pytest.raises(ConfigError, match=r"rollout=vllm needs the vllm package.*pip install 'arl\[vllm\]'"):
         check_machine(compose(["rollout=vllm"]))
@@ -430,7 +431,7 @@ def test_vllm_without_the_package_says_how_to_get_it():
     ("env.kwargs.data_path=/nope/train.parquet", "env.kwargs.data_path='/nope/train.parquet' does not exist"),
 ])
 def test_missing_folders_and_files_say_so(override, message):
-    from arl.utils.config import check_machine
+    from arl.config import check_machine
 
     base = ["model=hf"] if override.startswith("model.path") else ["env=math_tool"] if override.startswith("env.") else []
     cfg = compose([*base, override])
@@ -440,7 +441,7 @@ def test_missing_folders_and_files_say_so(override, message):
 
 
 def test_a_hub_id_and_the_default_machine_pass(tmp_path):
-    from arl.utils.config import check_machine
+    from arl.config import check_machine
 
     check_machine(compose(["model=hf", "model.path=Qwen/Qwen3-4B"]))  # fetched later, not checked here
     check_machine(compose([]))

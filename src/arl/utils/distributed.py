@@ -49,10 +49,6 @@ def max_int(value: int) -> int:
     return int(all_reduce_(torch.tensor([float(value)]), "max").item())
 
 
-def sum_float(value: float) -> float:
-    return float(all_reduce_(torch.tensor([float(value)], dtype=torch.float64), "sum").item())
-
-
 def all_gather_object(obj: Any) -> list[Any]:
     """``[obj of rank 0, obj of rank 1, ...]`` (``[obj]`` on one process)."""
     if not is_distributed():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from rich.console import Console
@@ -10,10 +9,6 @@ from rich.table import Table
 
 # wide enough for run paths when output goes to a file or a CI log
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-
-
-def get_logger(name: str) -> logging.Logger:
-    return logging.getLogger(name)
 
 
 def results_table(title: str, rows: list[tuple[str, str]]) -> Table:

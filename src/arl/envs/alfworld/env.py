@@ -41,12 +41,11 @@ from arl.envs.alfworld.engine import EngineState, acquire_engine, release_engine
 from arl.envs.alfworld.expert import EXPERT_MODES, ExpertTracker
 from arl.envs.alfworld.gen.tables import TASK_TYPES
 from arl.envs.alfworld.prompt import PROMPT_STYLES, render_compact_prompt, render_prompt
-from arl.envs.base import EnvSpec, StepResult
+from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
 
 MAX_STEPS = 50
 WIN_REWARD = 10.0
 INVALID_ACTION = "noop"
-VAL_SEED_BASE = 2**30  # = arl.datamodules.rollout_datamodule.VAL_SEED_BASE
 MAX_COMMAND_CHARS = 1000  # longer text cannot be a command; it is cut before reaching the engine
 # generated pools (games are made on first use); validation sizes as the official splits
 DEFAULT_NUM_GAMES = {"train": 400, "valid_seen": 140, "valid_unseen": 134}

@@ -1,0 +1,182 @@
+"""The behaviour-cloning stage (the paper's first stage): expert data, SFT, self-bootstrapping,
+DAgger, the dataset file and the cloned policy; and the end of a BC-only run.
+
+:func:`run_bc` is called by :func:`arl.pipeline.train`; its parts (expert collection, bootstrap,
+DAgger, the dataset file) live in :mod:`arl.bc`, the SFT module and data in ``modules`` and
+``datamodules``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig
+
+from arl.agent.loop import AgentLoop
+from arl.builders import build_trainer, container, sampling_params
+from arl.callbacks import IterationLog
+from arl.datamodules.sft_datamodule import SFTDataModule
+from arl.models.loading import save_hf
+from arl.modules.sft_module import BehaviourCloningModule
+from arl.utils.fsdp import full_state_dict, is_sharded
+from arl.utils.logging import console, results_table
+
+
+def _fit_bc_round(
+    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int
+) -> tuple[dict | None, int, dict[str, float]]:
+    """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
+
+    Returns the gathered full weights when the trainer shards the model (the sharded ``model``
+    object is not usable outside its strategy any more), the number of training samples and the
+    last held-out metrics (``bc/val_*``; empty without held-out episodes).
+    """
+    c = container(cfg)
+    bc = c["bc"]
+    dm = SFTDataModule(
+        episodes, pad_id, int(bc["batch_size"]),
+        float(bc["val_fraction"]), int(c["seed"]), keep_failed=True, sample_mode=sample_mode,
+    )
+    module = BehaviourCloningModule(
+        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=dm.steps_per_epoch * epochs,
+        sharding=c["trainer"].get("sharding"),
+    )
+    # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
+    # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
+    every = min(int(bc["val_every"]), dm.steps_per_epoch) if bc.get("val_every") else None
+    trainer = build_trainer(
+        cfg, "bc", [IterationLog()], model=model, max_epochs=epochs, enable_checkpointing=False,
+        num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
+    )
+    trainer.fit(module, datamodule=dm)
+    if every and dm.val_samples and dm.steps_per_epoch % every:  # score the final policy too
+        trainer.validate(module, datamodule=dm, verbose=False)
+    gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
+    held_out = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("bc/val_")}
+    return gathered, len(dm.train_samples), held_out
+
+
+def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
+    """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping and DAgger.
+
+    The data are expert episodes (or ``bc.dataset_path``); ``bc.epochs`` SFT epochs train on them
+    (0: none, the model already is a cloned policy). With ``bc.bootstrap.enabled`` the cloned
+    policy then samples fresh training tasks, the episodes that pass the return threshold join the
+    data and a second SFT round trains on all of it. With ``bc.dagger.enabled`` each of
+    ``bc.dagger.rounds`` rounds lets the policy play fresh tasks, has the expert label every state
+    it reached, adds those turns and trains on all of the data again. The data are saved as
+    ``<run>/bc_dataset.jsonl`` and the policy as ``<run>/bc_policy_hf`` (the RL start for
+    ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
+    the trainer sharded the old one).
+    """
+    from arl.bc import bc_seeds, bootstrap, collect_expert, dagger, episodes_of, load_episodes, save_episodes
+    from arl.evaluation import run_validation
+
+    c = container(cfg)
+    bc, seed = c["bc"], int(c["seed"])
+    engine = loop.engine
+    results: dict[str, Any] = {}
+    if bc.get("val_untrained"):
+        results["bc/val_success_untrained"] = run_validation(loop, c["rollout"], seed=seed)["val/success_rate"]
+        console.print(f"behaviour cloning: the untrained policy succeeds on {results['bc/val_success_untrained']:.3f} of validation")
+
+    def fit(items, epochs: int):
+        nonlocal model
+        t0 = time.perf_counter()
+        gathered, n_samples, held_out = _fit_bc_round(
+            cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs
+        )
+        results.update(held_out)  # the last round's held-out loss and greedy agreement
+        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
+            engine_model.load_state_dict(gathered)
+            model = copy.deepcopy(engine_model)
+        engine.sync(engine_model)  # a no-op for the HF engine, which holds this very module
+        console.print(f"behaviour cloning: {epochs} epoch(s) on {n_samples} samples in {time.perf_counter() - t0:.1f}s")
+        return n_samples
+
+    t0 = time.perf_counter()
+    if bc.get("dataset_path"):
+        items = load_episodes(bc["dataset_path"], tokenizer, loop.sample_mode, loop.env_name)
+        results["bc/dataset_episodes"] = float(len(items))
+        console.print(f"behaviour cloning: {len(items)} episodes from {bc['dataset_path']}")
+    else:
+        items, stats = collect_expert(loop, bc_seeds(seed, int(bc["episodes"])))
+        results.update(stats)
+        console.print(
+            f"behaviour cloning: {int(stats['bc/expert_episodes'])} expert episodes "
+            f"({len(items)} won) in {time.perf_counter() - t0:.1f}s"
+        )
+    if not items:
+        raise RuntimeError("behaviour cloning has no episode to learn from (the expert won none)")
+    if int(bc["epochs"]) > 0:
+        results["bc/samples"] = float(fit(items, int(bc["epochs"])))
+
+    boot = bc.get("bootstrap") or {}
+    if boot.get("enabled") and not bc.get("dataset_path"):
+        t0 = time.perf_counter()
+        params = dataclasses.replace(sampling_params(c["rollout"]), temperature=float(boot["temperature"]))
+        res = bootstrap(loop, bc_seeds(seed, int(boot["episodes"]), stream=1), params, float(boot["min_return"]),
+                        int(c["rollout"]["val_batch_size"]))
+        results.update({"bc/bootstrap_sampled": float(res.sampled), "bc/bootstrap_success": res.success,
+                        "bc/bootstrap_kept": float(len(res.kept))})
+        console.print(
+            f"self-bootstrapping: {res.sampled} sampled episodes, {res.success:.3f} won, {len(res.kept)} kept "
+            f"(return >= {boot['min_return']}, every turn valid) in {time.perf_counter() - t0:.1f}s"
+        )
+        if res.kept:
+            items = items + res.kept
+            results["bc/samples"] = float(fit(items, int(boot["epochs"])))
+
+    dag = bc.get("dagger") or {}
+    for k in range(int(dag["rounds"]) if dag.get("enabled") else 0):
+        t0 = time.perf_counter()
+        params = dataclasses.replace(sampling_params(c["rollout"]), temperature=float(dag["temperature"]))
+        res = dagger(loop, bc_seeds(seed, int(dag["episodes"]), stream=2 + k), params, int(c["rollout"]["val_batch_size"]))
+        results.update({"bc/dagger_success": res.success, "bc/dagger_turns": float(res.turns),
+                        "bc/dagger_agreement": res.agreement})
+        console.print(
+            f"DAgger round {k + 1}/{dag['rounds']}: the policy won {res.success:.3f} of {res.sampled} episodes, "
+            f"chose the expert's action on {res.agreement:.3f} of {res.turns} labelled turns "
+            f"in {time.perf_counter() - t0:.1f}s"
+        )
+        items = items + res.labelled
+        results["bc/samples"] = float(fit(items, int(dag["epochs"])))
+    results["bc/episodes"] = float(len(items))
+    if rank_zero_only.rank == 0:
+        results["bc_dataset"] = str(save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name))
+        results["bc_policy_hf"] = str(save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf"))
+    return results, model
+
+
+def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, engine, out_dir: Path) -> dict[str, Any]:
+    """``rl.enabled=false``: validate the cloned policy, write ``bc_results.json``, summarise."""
+    import json
+
+    from arl.evaluation import run_validation
+
+    val = run_validation(loop, c["rollout"], seed=int(c["seed"]))
+    results["val_after_bc"] = val
+    loop.close()
+    if callable(getattr(engine, "close", None)):
+        engine.close()
+    metric = c.get("optimized_metric")
+    results["optimized_metric"] = val.get(metric) if metric else None
+    if rank_zero_only.rank == 0:
+        (out_dir / "bc_results.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+        rows = []
+        if "bc/val_success_untrained" in results:
+            rows.append(("val success, untrained", f"{results['bc/val_success_untrained']:.3f}"))
+        rows.append(("val success after BC", f"{val.get('val/success_rate', float('nan')):.3f}"))
+        rows.append(("val valid-action ratio", f"{val.get('val/valid_action_ratio', float('nan')):.3f}"))
+        rows.append(("validation sampling", sampling_params(c["rollout"], validation=True).describe()))
+        rows.append(("episodes in the dataset", f"{int(results.get('bc/episodes', 0))}"))
+        rows.append(("dataset", results.get("bc_dataset", "-")))
+        rows.append(("policy (model.init_from)", results.get("bc_policy_hf", "-")))
+        console.print(results_table("ARL behaviour cloning summary", rows))
+    return results

@@ -1,0 +1,226 @@
+"""Start-up validation of the composed config (DESIGN section 8), above every room.
+
+Everything here runs before any model or environment is built, so a typo stops the run in
+seconds with a message that names the key and the valid choices (:func:`validate_config`), and a
+config this machine cannot run (a GPU trainer without a GPU, vLLM not installed, a missing model
+folder) stops with what is missing (:func:`check_machine`). ``src/train.py`` calls both.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from omegaconf import DictConfig, OmegaConf
+
+from arl.agent.samples import SAMPLE_MODES
+from arl.utils.config import ConfigError
+
+MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
+ENGINES = ("hf", "vllm")
+OLD_LOG_PROBS = ("auto", "rollout", "recompute")
+
+
+def _as_dict(cfg: Any) -> dict[str, Any]:
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    return dict(cfg)
+
+
+def _choice(key: str, value: Any, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, sorted(valid)))}")
+
+
+def _positive(key: str, value: Any, minimum: float = 1, integer: bool = True) -> None:
+    if integer and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
+    if value < minimum:
+        raise ConfigError(f"{key}={value!r} must be >= {minimum}")
+
+
+def _validate_device(device: Any) -> None:
+    """``rollout.device``: None, auto, cpu, cuda or cuda:N, and a GPU only where one exists."""
+    if device is None or device in ("auto", "cpu"):
+        return
+    if not isinstance(device, str) or not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ConfigError(f"rollout.device={device!r} is not valid; valid choices: auto, cpu, cuda, cuda:N")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"rollout.device={device!r} but this machine has no GPU (rollout.device=auto uses one when there is)")
+
+
+def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` for the first invalid value of a training config."""
+    from arl.algos import validate_algo_config
+    from arl.envs.registry import env_names
+
+    c = _as_dict(cfg)
+    from arl.utils.threads import parse_setting
+
+    try:
+        parse_setting(c.get("threads", "auto"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    try:
+        validate_algo_config(c["algo"])
+    except (KeyError, ValueError) as err:
+        raise ConfigError(str(err).strip("'\"")) from None
+    if ":" not in str(c["env"]["name"]):  # "package.module:Class" plugs in a user env
+        _choice("env.name", c["env"]["name"], env_names())
+    _positive("env.history_window", c["env"].get("history_window", 0), 0)
+    _choice("model.name", c["model"]["name"], MODEL_NAMES)
+    from arl.models.config import validate_model_config
+
+    try:
+        validate_model_config(c["model"])
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    r = c["rollout"]
+    _choice("rollout.engine", r["engine"], ENGINES)
+    for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
+        _positive(f"rollout.{key}", r[key])
+    if r["temperature"] < 0 or r["val_temperature"] < 0:
+        raise ConfigError("rollout.temperature and rollout.val_temperature must be >= 0")
+    _choice("rollout.sample_mode", r.get("sample_mode", "turn"), SAMPLE_MODES)
+    _positive("rollout.n_workers", r.get("n_workers", 0), 0)
+    _validate_device(r.get("device"))
+    if r.get("step_timeout", 1) is not None and float(r.get("step_timeout", 1)) <= 0:
+        raise ConfigError(f"rollout.step_timeout={r['step_timeout']!r} must be > 0 (seconds)")
+    for key in ("top_p", "val_top_p"):
+        if key in r and not 0 < r[key] <= 1:
+            raise ConfigError(f"rollout.{key}={r[key]!r} must be in (0, 1]")
+    for key in ("top_k", "val_top_k"):
+        if key in r:
+            _positive(f"rollout.{key}", r[key], 0)
+    rl = c["rl"]
+    for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
+        _positive(f"rl.{key}", rl[key])
+    _positive("rl.ckpt_every", rl.get("ckpt_every", 1), 0)
+    if rl.get("mini_batch_size") is not None:
+        _positive("rl.mini_batch_size", rl["mini_batch_size"])
+    _choice("rl.old_log_probs", rl.get("old_log_probs", "auto"), OLD_LOG_PROBS)
+    if rl.get("old_log_probs") == "rollout" and c["algo"]["rollout_correction"]["enabled"]:
+        raise ConfigError(
+            "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "
+            "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
+        )
+    _validate_scale(c)
+    if rl["grad_clip"] <= 0:
+        raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
+    if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
+        raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
+    bc = c["bc"]
+    if not bc["enabled"] and not rl.get("enabled", True):
+        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
+    if bc["enabled"]:
+        for key in ("episodes", "batch_size"):
+            _positive(f"bc.{key}", bc[key])
+        _positive("bc.epochs", bc["epochs"], 0)
+        if bc.get("val_every") is not None:
+            _positive("bc.val_every", bc["val_every"])
+        boot = bc.get("bootstrap") or {}
+        if boot.get("enabled"):
+            _positive("bc.bootstrap.episodes", boot["episodes"])
+            _positive("bc.bootstrap.epochs", boot["epochs"])
+            if isinstance(boot["temperature"], bool) or not isinstance(boot["temperature"], (int, float)) or boot["temperature"] <= 0:
+                raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
+            if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
+                raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
+        dag = bc.get("dagger") or {}
+        if dag.get("enabled"):
+            for key in ("rounds", "episodes", "epochs"):
+                _positive(f"bc.dagger.{key}", dag[key])
+            if isinstance(dag["temperature"], bool) or not isinstance(dag["temperature"], (int, float)) or dag["temperature"] < 0:
+                raise ConfigError(f"bc.dagger.temperature={dag['temperature']!r} must be >= 0 (0: the policy plays greedily)")
+            if r.get("sample_mode", "turn") != "turn":
+                raise ConfigError(
+                    "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
+                    "answer, which breaks the single token stream of trajectory mode"
+                )
+            from arl.agent.experts import expert_path
+
+            try:
+                expert_path(c["env"]["name"])
+            except KeyError as err:
+                raise ConfigError(f"bc.dagger: {err.args[0]}") from None
+
+
+def _validate_scale(c: dict[str, Any]) -> None:
+    """Trainer strategy and collapse-detector settings (docs/training.md)."""
+    from arl.utils.fsdp import is_sharded
+
+    trainer = c.get("trainer") or {}
+    if is_sharded(trainer):
+        layer_cls = (trainer.get("sharding") or {}).get("layer_cls")
+        if not isinstance(layer_cls, list) or not layer_cls or not all(isinstance(n, str) and n for n in layer_cls):
+            raise ConfigError(
+                f"trainer.sharding.layer_cls={layer_cls!r} must be a non-empty list of transformer block class names "
+                "(e.g. [Qwen3DecoderLayer])"
+            )
+    collapse = (c.get("callbacks") or {}).get("collapse") or {}
+    if collapse:
+        from arl.callbacks.collapse import ACTIONS
+
+        _choice("callbacks.collapse.action", collapse.get("action", "log"), ACTIONS)
+        for key in ("grad_norm_factor", "kl_threshold", "valid_drop"):
+            value = collapse.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")
+
+
+CPU_ALTERNATIVE = (
+    "the same experiment on a CPU: add debug=cpu_small (the embedded tiny model) or debug=cpu_pretrained "
+    "(SmolLM2-135M-Instruct), or choose trainer=cpu (trainer=ddp / trainer=fsdp2_cpu for two CPU processes)"
+)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _looks_like_a_folder(value: str) -> bool:
+    """A path written as one: absolute, ``./``, ``../``, ``~``, or more than one ``/`` (a hub id
+    is ``org/name``)."""
+    return value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or not _HUB_ID.match(value)
+
+
+def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
+    """What the composed config needs from this machine, checked at start-up before anything is
+    built (``src/train.py`` calls it after :func:`validate_config`, also in a dry run).
+
+    A GPU trainer needs a GPU; ``rollout=vllm`` needs the vllm package; a local model folder
+    (``model.path``, ``model.init_from``) and the data files an env config names
+    (``env.kwargs.*_path`` / ``*_dir``) must exist. Raises :class:`ConfigError` saying what is
+    missing and, for a GPU, the CPU alternative.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    c = _as_dict(cfg)
+    trainer = c.get("trainer") or {}
+    accelerator = str(trainer.get("accelerator", "cpu"))
+    if accelerator in ("gpu", "cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
+            )
+    if c["rollout"]["engine"] == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ConfigError(
+            "rollout=vllm needs the vllm package, which is not installed (GPU nodes: pip install 'arl[vllm]'; the "
+            "CPU build runs in its own venv: make test-vllm); rollout=hf generates with transformers instead, or "
+            + CPU_ALTERNATIVE
+        )
+    model = c.get("model") or {}
+    for key in ("init_from", "path"):
+        value = model.get(key)
+        if not value or value == "???" or not isinstance(value, str):
+            continue
+        if key == "init_from" or _looks_like_a_folder(value):
+            if not Path(value).expanduser().exists():
+                what = "an HF folder to start from" if key == "init_from" else "a local folder (a hub id is written org/name)"
+                raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
+    env_kwargs = (c.get("env") or {}).get("kwargs") or {}
+    for key, value in env_kwargs.items():
+        if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
+            raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
