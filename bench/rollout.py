@@ -29,11 +29,11 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 from rich.console import Console
 from rich.table import Table
 
+from arl.agent.corpus import tiny_model
 from arl.agent.loop import AgentLoop, Task
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names
 from arl.models.loading import load_policy
-from arl.models.tiny import ensure_tiny
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.utils.threads import configure_threads
@@ -125,7 +125,7 @@ def main() -> None:
     args = ap.parse_args()
     configure_threads(args.threads)
     console = Console()
-    model, tok = load_policy(ensure_tiny())
+    model, tok = load_policy(tiny_model())
     model.eval()
 
     table = Table(title=f"agent loop vs raw engine (tiny model, Sokoban, greedy, {args.groups}x{args.group_size} episodes, median of {args.repeats})")

@@ -45,9 +45,10 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
+from arl.agent.corpus import tiny_model
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.samples import build_samples, collate_tokens, micro_batches
-from arl.models.tiny import TinyConfig, build_model, ensure_tiny
+from arl.models.tiny import TinyConfig, build_model
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
@@ -250,7 +251,7 @@ def main() -> None:
 
     from arl.models.loading import check_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(ensure_tiny())
+    tok = AutoTokenizer.from_pretrained(tiny_model())
     check_tokenizer(tok)
     algo = algo_config(args.algo)
     algo["filter"]["name"] = "none"  # the batch is fixed: no dynamic sampling

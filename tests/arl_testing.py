@@ -19,10 +19,10 @@ def compose(overrides: list[str] | None = None, config_name: str = "train.yaml",
     """
     import tempfile
 
-    from omegaconf import open_dict
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
     from arl.utils.config import register_resolvers
 

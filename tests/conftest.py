@@ -26,9 +26,9 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tiny_path() -> Path:
-    from arl.models.tiny import ensure_tiny
+    from arl.agent.corpus import tiny_model
 
-    return ensure_tiny()
+    return tiny_model()
 
 
 @pytest.fixture(scope="session")

@@ -76,11 +76,10 @@ class KillAt(Callback):
 def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
     """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
     from arl.agent.loop import Task
-    from arl.models.loading import load_from_config
-    from arl.builders import container, build_agent_loop, build_engine, sampling_params
+    from arl.builders import build_agent_loop, build_engine, container, load_model, sampling_params
 
     c = container(cfg)
-    model, tok, _ = load_from_config(c["model"])
+    model, tok, _ = load_model(c["model"])
     loop = build_agent_loop(c, build_engine(c["rollout"], model, tok), tok)
     torch.manual_seed(seed)
     try:
@@ -168,11 +167,10 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     Capture's result (after the first iteration) and the module's final weights and counters."""
     import lightning as L
 
-    from arl.models.loading import load_from_config
-    from arl.builders import container, build_rl_module, build_strategy
+    from arl.builders import build_rl_module, build_strategy, container, load_model
 
     c = container(cfg)
-    model, tok, _ = load_from_config(c["model"])
+    model, tok, _ = load_model(c["model"])
     model.train()
     module = build_rl_module(cfg, model, tok)
     if strategy == "fsdp2":
@@ -209,10 +207,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", nargs="*", default=["even"])
     parser.add_argument("--overrides", nargs="*", default=[])
     args = parser.parse_args(argv)
-    from arl_testing import compose
-
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
+
+    from arl_testing import compose
 
     cfg = compose(UPDATE_OVERRIDES + args.overrides)
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))

@@ -23,6 +23,15 @@ from arl.rollout.hf_engine import HFEngine
 from arl.utils.fsdp import strategy_kwargs, strategy_name
 
 
+def load_model(model_cfg: dict[str, Any]):
+    """(model, tokenizer, source) of a ``model`` config; the embedded model's tokenizer corpus is
+    played by :func:`arl.agent.corpus.corpus_texts`."""
+    from arl.agent.corpus import corpus_texts
+    from arl.models.loading import load_from_config
+
+    return load_from_config(model_cfg, corpus_texts=corpus_texts)
+
+
 def container(cfg: Any) -> dict[str, Any]:
     """The config as plain containers (resolved); a dict passes through."""
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)

@@ -18,9 +18,9 @@ from arl.utils.logging import console, results_table
 
 def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     """(model, tokenizer) with the policy weights of a Lightning checkpoint of the RL stage."""
-    from arl.models.loading import load_from_config
+    from arl.builders import load_model
 
-    model, tokenizer, _ = load_from_config({**model_cfg, "init_from": None})
+    model, tokenizer, _ = load_model({**model_cfg, "init_from": None})
     state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
     policy = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}
     missing, unexpected = model.load_state_dict(policy, strict=False)
@@ -106,8 +106,8 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
-    from arl.models.loading import load_policy
     from arl.builders import build_agent_loop, build_engine, sampling_params
+    from arl.models.loading import load_policy
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if not ckpt.exists():

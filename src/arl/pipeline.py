@@ -30,12 +30,13 @@ from arl.builders import (
     build_rollout_datamodule,
     build_trainer,
     container,
+    load_model,
     sampling_params,
 )
 from arl.callbacks import IterationLog, WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.config import validate_config
-from arl.models.loading import load_from_config, save_hf
+from arl.models.loading import save_hf
 from arl.resume import checkpoint_iteration, resolve_ckpt_path
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
@@ -70,7 +71,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     L.seed_everything(int(c["seed"]), workers=True)
 
     _quiet_lightning_logging()
-    model, tokenizer, source = load_from_config(c["model"])
+    model, tokenizer, source = load_model(c["model"])
     model.train()
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
     sharded = is_sharded(c["trainer"])

@@ -116,17 +116,17 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     """The teacher answers the very state each prompt showed: replaying the policy's own actions in a
     fresh env reproduces every label; relabelling keeps the prompts and puts the expert's ids under them."""
     import torch
+    from omegaconf import OmegaConf
 
     from arl.agent.experts import expert_path
     from arl.agent.loop import Task
     from arl.bc import relabel
+    from arl.builders import build_agent_loop
     from arl.envs.registry import make_env
     from arl.envs.sokoban.expert import expert_response
     from arl.models.loading import load_policy
-    from arl.builders import build_agent_loop
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
-    from omegaconf import OmegaConf
 
     out, _ = bc_run
     model, tok = load_policy(out / "bc_policy_hf")

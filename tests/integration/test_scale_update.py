@@ -129,13 +129,12 @@ def test_non_finite_loss_is_skipped_and_counted(episodes):
 
     import lightning as L
 
-    from arl.models.loading import load_from_config
-    from arl.builders import container, build_rl_module
+    from arl.builders import build_rl_module, container, load_model
 
     poisoned = copy.deepcopy(episodes)
     poisoned[0].turns[0].reward = float("nan")
     cfg = compose(sh.UPDATE_OVERRIDES)
-    model, tok, _ = load_from_config(container(cfg)["model"])
+    model, tok, _ = load_model(container(cfg)["model"])
     module = build_rl_module(cfg, model, tok)
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,

@@ -37,9 +37,9 @@ def _one_thread():
 
 
 def _base_model():
-    from arl.models.loading import load_from_config
+    from arl.builders import load_model
 
-    model, tok, _ = load_from_config(OmegaConf.to_container(compose([]).model, resolve=True))
+    model, tok, _ = load_model(OmegaConf.to_container(compose([]).model, resolve=True))
     return model, tok
 
 

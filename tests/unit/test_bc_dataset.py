@@ -8,7 +8,17 @@ from hypothesis import strategies as st
 
 from arl.agent.loop import AgentLoop
 from arl.agent.records import Episode, Turn
-from arl.bc import BCEpisode, bc_seeds, collect_expert, dagger, keep_episode, load_episodes, read_header, relabel, save_episodes
+from arl.bc import (
+    BCEpisode,
+    bc_seeds,
+    collect_expert,
+    dagger,
+    keep_episode,
+    load_episodes,
+    read_header,
+    relabel,
+    save_episodes,
+)
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE, VAL_SEED_BASE
 from arl.rollout.hf_engine import HFEngine
 
@@ -145,8 +155,8 @@ def test_bc_seeds_are_training_seeds_and_streams_differ():
     st.one_of(st.none(), st.text(max_size=12)),
 )
 def test_any_episode_round_trips(tmp_path_factory, turns, source, expert_text):
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1}, unk_token="a")))
     ep = Episode(3, 4, 99, "math_tool", "fractions", won=True, score=0.5)

@@ -1,7 +1,8 @@
 """The strict <think>/<action> parser: every rule of the format, by hand."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from arl.agent.parsing import parse_response
 

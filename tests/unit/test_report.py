@@ -82,6 +82,7 @@ def test_labels_keep_what_differs_between_runs(tmp_path):
 def test_a_bc_run_reports_its_bc_results(multirun, tmp_path):
     """glob(*_sokoban) also matches bc_sokoban: its row comes from bc_results.json, not from curves."""
     import json
+
     from torch.utils.tensorboard import SummaryWriter
 
     bc = multirun / "experiment=bc_sokoban,seed=1"

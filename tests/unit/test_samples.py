@@ -1,7 +1,8 @@
 """Episodes -> samples -> tensors, by hand; micro-batching by token budget."""
 
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.agent.samples import collate, index_batch, micro_batches, turn_samples

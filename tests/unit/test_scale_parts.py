@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
+from arl.config import validate_config
 from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share, rollout_reduce_spec
 from arl.rollout.engine import SamplingParams
-from arl.config import validate_config
 from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, compose
 
@@ -149,7 +149,7 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-    from arl.builders import container, build_strategy
+    from arl.builders import build_strategy, container
     from arl.utils.fsdp import ShardingConfigError
 
     model, _ = tiny

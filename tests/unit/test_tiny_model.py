@@ -3,7 +3,8 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from arl.models.tiny import FORMAT_TOKENS, TinyConfig, ensure_tiny
+from arl.agent.corpus import tiny_model
+from arl.models.tiny import FORMAT_TOKENS, TinyConfig
 
 
 def test_tokenizer_round_trip_and_format_tokens(tiny):
@@ -39,16 +40,16 @@ def test_model_is_a_few_million_qwen3(tiny):
 
 def test_cache_reused_and_build_deterministic(tmp_path, tiny_path):
     cfg = TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, head_dim=16, corpus_seeds=20)
-    a = ensure_tiny(cfg, tmp_path / "a")
-    b = ensure_tiny(cfg, tmp_path / "b")
+    a = tiny_model(cfg, tmp_path / "a")
+    b = tiny_model(cfg, tmp_path / "b")
     assert a.name == b.name  # same config -> same cache key
     mtime = (a / "model.safetensors").stat().st_mtime
-    assert ensure_tiny(cfg, tmp_path / "a") == a and (a / "model.safetensors").stat().st_mtime == mtime
+    assert tiny_model(cfg, tmp_path / "a") == a and (a / "model.safetensors").stat().st_mtime == mtime
     ma = AutoModelForCausalLM.from_pretrained(a)
     mb = AutoModelForCausalLM.from_pretrained(b)
     for (ka, va), (kb, vb) in zip(ma.state_dict().items(), mb.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
     ta, tb = AutoTokenizer.from_pretrained(a), AutoTokenizer.from_pretrained(b)
     assert ta.get_vocab() == tb.get_vocab()
-    other = ensure_tiny(TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, head_dim=16, corpus_seeds=20, init_seed=1), tmp_path / "a")
+    other = tiny_model(TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, head_dim=16, corpus_seeds=20, init_seed=1), tmp_path / "a")
     assert other != a

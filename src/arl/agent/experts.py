@@ -25,6 +25,11 @@ _EXPERTS: dict[str, str] = {
 }
 
 
+def has_expert(env_name: str) -> bool:
+    """Whether ``env_name`` has a scripted expert."""
+    return env_name in _EXPERTS
+
+
 def expert_path(env_name: str) -> str:
     """``"package.module:function"`` of the expert of ``env_name``; a clear error when it has none."""
     if env_name not in _EXPERTS:

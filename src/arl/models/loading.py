@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -27,10 +27,13 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_model_path(model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
+def resolve_model_path(model_cfg: Mapping[str, Any], corpus_texts: Callable[[list[str], int], list[str]] | None = None
+                       ) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name or None) of a ``model`` config.
 
-    Local GGUF files come back as their converted (cached) HF folder with ``None``.
+    Local GGUF files come back as their converted (cached) HF folder with ``None``. The embedded
+    model (``name: tiny``) needs ``corpus_texts(env_names, n_seeds)``, the texts its tokenizer is
+    trained on (``arl.agent.corpus.corpus_texts``; models import no env code).
     """
     name = model_cfg.get("name")
     path = model_cfg.get("path")
@@ -40,7 +43,10 @@ def resolve_model_path(model_cfg: Mapping[str, Any]) -> tuple[str, str | None]:
         from arl.models.tiny import TinyConfig, ensure_tiny
 
         tiny_cfg = TinyConfig(**dict(model_cfg.get("tiny") or {}))
-        return str(ensure_tiny(tiny_cfg, model_cfg.get("cache_dir"))), None
+        if corpus_texts is None:
+            raise ValueError("model=tiny needs its tokenizer corpus: load it with arl.builders.load_model")
+        corpus = corpus_texts(list(tiny_cfg.corpus_envs), tiny_cfg.corpus_seeds)
+        return str(ensure_tiny(tiny_cfg, model_cfg.get("cache_dir"), corpus=corpus)), None
     if name == "smollm2_135m" and not path:
         from arl.models.smollm2 import ensure_smollm2
 
@@ -127,13 +133,14 @@ def load_policy(
     return model, tokenizer
 
 
-def load_from_config(model_cfg: Mapping[str, Any]):
-    """(model, tokenizer, source path) for a ``model`` config; ``init_from`` overrides the source."""
+def load_from_config(model_cfg: Mapping[str, Any], corpus_texts: Callable[[list[str], int], list[str]] | None = None):
+    """(model, tokenizer, source path) for a ``model`` config; ``init_from`` overrides the source.
+    ``corpus_texts``: see :func:`resolve_model_path` (``arl.builders.load_model`` passes it)."""
     init_from = model_cfg.get("init_from")
     if init_from:
         path, gguf = str(init_from), None
     else:
-        path, gguf = resolve_model_path(model_cfg)
+        path, gguf = resolve_model_path(model_cfg, corpus_texts)
     model, tokenizer = load_policy(
         path,
         model_cfg.get("dtype", "float32"),

@@ -19,7 +19,7 @@ import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from arl.models.folders import save_folder_atomically
 
@@ -138,16 +138,19 @@ def build_model(cfg: TinyConfig, vocab_size: int, eos_id: int, pad_id: int):
     return model
 
 
-def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = None) -> Path:
+def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = None,
+                corpus: Sequence[str] | None = None) -> Path:
     """Return the HF folder of the embedded model, building it on first use.
 
+    ``corpus``: the texts the tokenizer is trained on (the envs' prompts and answers; their digest
+    is part of the cache key): :func:`arl.agent.corpus.tiny_model` plays them and calls this.
     The folder holds ``config.json``, ``model.safetensors`` and the tokenizer files; it is
     written to a temporary folder first and renamed, so a crash never leaves half a model.
     """
-    from arl.models.corpus import corpus_texts
-
+    if corpus is None:
+        raise ValueError("ensure_tiny needs the tokenizer corpus: use arl.agent.corpus.tiny_model(cfg)")
     cfg = cfg or TinyConfig()
-    corpus = corpus_texts(cfg.corpus_envs, cfg.corpus_seeds)
+    corpus = list(corpus)
     digest = hashlib.sha256("\n\x00".join(corpus).encode()).hexdigest()
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     out = root / f"tiny-{_cache_key(cfg, digest)}"

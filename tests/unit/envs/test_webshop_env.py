@@ -393,7 +393,7 @@ def test_compact_pages_fold_ids_and_options():
 
 
 def test_corpus_of_the_tiny_tokenizer_includes_webshop():
-    from arl.models.corpus import corpus_texts
+    from arl.agent.corpus import corpus_texts
 
     texts = corpus_texts(["webshop"], 3)
     assert any("WebShop" in t for t in texts) and any(t.startswith("<think>") for t in texts)

@@ -1,13 +1,18 @@
-"""Text the environments render, to train the embedded tokenizer on.
+"""Text the environments render, to train the embedded tokenizer on; and the embedded model built
+on it (:func:`tiny_model`).
 
 For each env, episodes are played by the env's expert (or random admissible actions when it has
 none) and every prompt, history line and answer they produce is collected, so the tokenizer's
-merges fit what the policy will read and write.
+merges fit what the policy will read and write. The texts are the envs' raw prompts (no chat
+template), which is why this plays its own short episodes instead of running the agent loop:
+the cache key of every embedded model, and so every result measured with one, depends on these
+exact texts.
 """
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from arl.agent.parsing import TAGS
 from arl.agent.prompts import HistoryItem, render_history
@@ -25,11 +30,11 @@ GENERIC = [
 
 def corpus_texts(env_names: list[str], n_seeds: int, max_turns: int = 6) -> list[str]:
     """Prompts and expert answers of ``n_seeds`` episodes per env; deterministic."""
-    from arl.agent.experts import _EXPERTS, get_expert
+    from arl.agent.experts import get_expert, has_expert
 
     texts = list(GENERIC) + [" ".join(TAGS)]
     for name in env_names:
-        expert = get_expert(name) if name in _EXPERTS else None
+        expert = get_expert(name) if has_expert(name) else None
         rng = random.Random(0)
         for seed in range(n_seeds):
             env = make_env(name)
@@ -52,3 +57,12 @@ def corpus_texts(env_names: list[str], n_seeds: int, max_turns: int = 6) -> list
                 obs, info = result.observation, {**info, **result.info}
             env.close()
     return texts
+
+
+def tiny_model(cfg=None, cache_dir=None) -> Path:
+    """The HF folder of the embedded model for ``cfg`` (a :class:`arl.models.tiny.TinyConfig`),
+    its tokenizer trained on :func:`corpus_texts` of ``cfg.corpus_envs``; built once, cached."""
+    from arl.models.tiny import TinyConfig, ensure_tiny
+
+    cfg = cfg or TinyConfig()
+    return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))
