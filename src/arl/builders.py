@@ -8,6 +8,7 @@ rollout DataModule. Training (:mod:`arl.pipeline`, :mod:`arl.bc_stage`) and eval
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -30,6 +31,17 @@ def load_model(model_cfg: dict[str, Any]):
     from arl.models.loading import load_from_config
 
     return load_from_config(model_cfg, corpus_texts=corpus_texts)
+
+
+def tiny_model(cfg=None, cache_dir=None) -> Path:
+    """The HF folder of the embedded model for ``cfg`` (a :class:`arl.models.tiny.TinyConfig`),
+    its tokenizer trained on :func:`arl.agent.corpus.corpus_texts` of ``cfg.corpus_envs``; built
+    once, cached under ``cache_dir`` (default ``$ARL_CACHE``)."""
+    from arl.agent.corpus import corpus_texts
+    from arl.models.tiny import TinyConfig, ensure_tiny
+
+    cfg = cfg or TinyConfig()
+    return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))
 
 
 def container(cfg: Any) -> dict[str, Any]:
@@ -219,4 +231,5 @@ def build_rollout_datamodule(c: dict[str, Any], loop: AgentLoop, module: Agentic
         group_filter=None if algo["filter"]["name"] == "none" else module.group_filter,
         filter_cold_start=int(algo["filter"].get("cold_start", 0)),
         fill_last_round=bool(algo["filter"].get("fill_last_round", True)),
+        pad_id=int(module.pad_id or 0),
     )

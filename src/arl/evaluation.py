@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
-from arl.datamodules.rollout_datamodule import validation_batches, with_protocol_names
+from arl.datamodules.rollout_datamodule import validation_episodes, with_protocol_names
 from arl.utils.logging import console, results_table
 
 
@@ -38,8 +38,8 @@ def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = N
     from arl.builders import sampling_params
 
     params = sampling_params(rollout, validation=True)
-    batches = validation_batches(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
-    episodes = [e for b in batches for e in b.episodes]
+    batches = validation_episodes(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
+    episodes = [e for eps, _ in batches for e in eps]
     if episodes_path is not None:
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:

@@ -12,14 +12,12 @@ real Lightning Trainer. Each run is one or two RL iterations on a few groups (se
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 import torch
 from lightning import Callback
 
 import scale_helpers as sh
-from arl_testing import CONFIG_DIR, compose
+from arl_testing import CONFIG_DIR, compose, episode_returns
 
 ALGOS = sorted(p.stem for p in (CONFIG_DIR / "algo").glob("*.yaml") if p.stem != "base")
 RUN = ["debug=cpu_small", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2", "rollout.groups_per_step=4",
@@ -75,10 +73,7 @@ def _weights(path):
 
 
 def _spreads(batch) -> dict[int, float]:
-    returns = defaultdict(list)
-    for e in batch.episodes:
-        returns[e.group_id].append(e.ret)
-    return {g: max(v) - min(v) for g, v in returns.items()}
+    return {g: max(v.values()) - min(v.values()) for g, v in episode_returns(batch).items()}
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -110,7 +105,7 @@ def test_sampo_filter_tops_up_with_groups_that_have_a_spread(filter_name, cloned
         assert {g // 4 for g in spreads} <= set(range(int(m["filter/rounds"])))  # group ids tell the round
         for g, spread in spreads.items():
             if spread == 0:  # only stage_aware keeps a constant group, and only an all-failure one
-                assert filter_name == "stage_aware" and max(e.ret for e in batch.episodes if e.group_id == g) <= 0
+                assert filter_name == "stage_aware" and max(episode_returns(batch)[g].values()) <= 0
                 kept_failures += 1
     if filter_name == "dapo":
         assert max(m["filter/rounds"] for m in rec.metrics) > 1  # some iteration needed a top-up round

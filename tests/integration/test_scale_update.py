@@ -139,7 +139,7 @@ def test_non_finite_loss_is_skipped_and_counted(episodes):
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
-    trainer.fit(module, datamodule=sh.FixedRollouts(poisoned))
+    trainer.fit(module, datamodule=sh.FixedRollouts(poisoned, pad_id=module.pad_id))
     assert module.skipped_steps == 1 and module.last_metrics["actor/skipped_steps"] == 1.0
     after = module.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -28,10 +28,10 @@ class PromptCapture(Callback):
         self.prompts: list[list[int]] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        for ep in batch.episodes:
-            if ep.turns:
-                self.prompts.append(list(ep.turns[0].prompt_ids))
-                return
+        tokens = batch.tokens
+        if tokens["input_ids"].shape[0]:  # the first row's prompt: its tokens before the first response token
+            first = int(tokens["response_mask"][0].nonzero()[0])
+            self.prompts.append(tokens["input_ids"][0, :first].tolist())
 
 
 def _scalars(folder: Path) -> dict[str, float]:

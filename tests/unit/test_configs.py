@@ -50,10 +50,28 @@ def test_every_experiment_validates_under_cpu_small(experiment):
     assert cfg.model.name == "tiny" and cfg.model.path is None and cfg.model.dtype == "float32"
     assert cfg.rollout.engine == "hf" and cfg.trainer.accelerator == "cpu"
     assert cfg.env.kwargs.prompt_style == "compact"
-    assert cfg.rollout.max_new_tokens == cfg.env.cpu_small.max_new_tokens
-    assert cfg.bc.episodes == cfg.env.cpu_small.bc_episodes
+    budget = _budget("cpu_small", cfg.env.name)  # the env's budgets come from the debug group
+    assert "cpu_small" not in cfg.env and "cpu_pretrained" not in cfg.env
+    assert cfg.rollout.max_new_tokens == budget["rollout"]["max_new_tokens"] and cfg.bc.episodes == budget["bc"]["episodes"]
+    assert cfg.env.max_turns == budget["env"]["max_turns"]
     # the tiny model's tokenizer learns the env's own text
-    assert list(cfg.model.tiny.corpus_envs) == [cfg.env.name] and cfg.model.tiny.vocab_size == cfg.env.cpu_small.vocab_size
+    assert list(cfg.model.tiny.corpus_envs) == [cfg.env.name] and cfg.model.tiny.vocab_size == budget["model"]["tiny"]["vocab_size"]
+
+
+def _budget(debug: str, env: str) -> dict:
+    """debug/budget/<debug>_<env>.yaml as a dict (without its defaults list)."""
+    from omegaconf import OmegaConf
+
+    raw = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "debug" / "budget" / f"{debug}_{env}.yaml"))
+    raw.pop("defaults", None)
+    return raw
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_env_has_the_budgets_of_every_cpu_debug_config(env):
+    for debug in ("cpu_small", "cpu_pretrained"):
+        assert (CONFIG_DIR / "debug" / "budget" / f"{debug}_{env}.yaml").exists()
+    assert compose([f"env={env}"]).rollout.max_new_tokens == compose([]).rollout.max_new_tokens  # no debug, no budget
 
 
 def _leaves(node, prefix=()):
@@ -78,7 +96,7 @@ def test_cpu_small_undoes_every_gpu_setting(env):
 
     protocol = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "presets" / f"protocol_{env}.yaml"))
     debug = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "debug" / "cpu_small.yaml"))
-    debug_keys = {path for path, _ in _leaves(debug)}
+    debug_keys = {path for path, _ in _leaves(debug)} | {path for path, _ in _leaves(_budget("cpu_small", env))}
     expected = plain(["algo=gigpo", f"env={env}", "debug=cpu_small"])
     applied = 0
     for path, value in _leaves(protocol):
@@ -103,12 +121,12 @@ def test_cpu_pretrained_is_cpu_small_with_smollm2_and_its_bc_budget(env):
 
     pre = compose([f"experiment=bc_{env}", "debug=cpu_pretrained"])
     validate_config(pre)
-    block = pre.env.cpu_pretrained
+    block = _budget("cpu_pretrained", env)
     assert pre.model.name == "smollm2_135m" and pre.model.path is None and pre.model.dtype == "float32"
-    assert (pre.bc.episodes, pre.bc.epochs, pre.bc.batch_size, pre.bc.optimizer.lr) == (block.bc_episodes, 1, 4, 1e-4)
+    assert (pre.bc.episodes, pre.bc.epochs, pre.bc.batch_size, pre.bc.optimizer.lr) == (block["bc"]["episodes"], 1, 4, 1e-4)
     assert not pre.bc.bootstrap.enabled and not pre.bc.dagger.enabled
     assert (pre.rollout.val_episodes, pre.rollout.max_new_tokens, pre.env.max_turns) == (
-        block.val_episodes, block.max_new_tokens, block.max_turns)
+        block["rollout"]["val_episodes"], block["rollout"]["max_new_tokens"], block["env"]["max_turns"])
     small = OmegaConf.to_container(compose([f"experiment=bc_{env}", "debug=cpu_small"]), resolve=True)
     pre = OmegaConf.to_container(pre, resolve=True)
     changed = {("model",), ("bc",), ("rollout", "val_episodes"), ("rollout", "max_new_tokens"), ("env", "max_turns")}

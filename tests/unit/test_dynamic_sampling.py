@@ -17,6 +17,7 @@ from arl.agent.records import Episode, Turn
 from arl.algos import filters
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.rollout.engine import SamplingParams
+from arl_testing import episode_returns
 
 
 class ScriptedLoop:
@@ -52,7 +53,7 @@ def _dm(script, filter_name="dapo", rounds=3, cold_start=0, fill=True, groups=4,
     return RolloutDataModule(
         ScriptedLoop(script, valid), iterations=10, groups_per_step=groups, group_size=2, sampling=params, val_sampling=params,
         max_rollout_rounds=rounds, group_filter=lambda returns, group_ids, valid_ratio: fn(returns=returns, group_ids=group_ids, valid_ratio=valid_ratio),
-        filter_cold_start=cold_start, fill_last_round=fill,
+        filter_cold_start=cold_start, fill_last_round=fill, pad_id=0,
     )
 
 
@@ -60,10 +61,7 @@ MIXED, CONST_OK, CONST_FAIL = [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]
 
 
 def _spread(batch):
-    by_group: dict[int, list[float]] = {}
-    for e in batch.episodes:
-        by_group.setdefault(e.group_id, []).append(e.ret)
-    return {g: max(v) - min(v) for g, v in by_group.items()}
+    return {g: max(v.values()) - min(v.values()) for g, v in episode_returns(batch).items()}
 
 
 def test_rounds_top_up_with_kept_groups_only():
@@ -104,22 +102,22 @@ def test_the_last_round_fills_the_batch_non_constant_groups_first():
     batch = dm.next_train_batch()
     assert batch.metrics["filter/rounds"] == 2
     assert batch.metrics["filter/kept_groups"] == 1 and batch.metrics["filter/filled_groups"] == 3
-    assert sorted({e.group_id for e in batch.episodes}) == [4, 5, 6, 7]  # the mixed group 6, then 4, 5, 7 in order
-    assert len(batch.episodes) == 4 * 2
+    assert sorted(episode_returns(batch)) == [4, 5, 6, 7]  # the mixed group 6, then 4, 5, 7 in order
+    assert sum(map(len, episode_returns(batch).values())) == 4 * 2
 
 
 def test_the_fill_takes_the_missing_count_in_task_order():
     dm = _dm([[MIXED, CONST_OK, CONST_OK, CONST_OK], [CONST_FAIL, CONST_OK, MIXED, CONST_FAIL]], rounds=2)
     batch = dm.next_train_batch()
     # round 0 keeps group 0; the last round adds its mixed group 6, then fills 2 more: 4 and 5
-    assert sorted({e.group_id for e in batch.episodes}) == [0, 4, 5, 6]
+    assert sorted(episode_returns(batch)) == [0, 4, 5, 6]
     assert (batch.metrics["filter/kept_groups"], batch.metrics["filter/filled_groups"]) == (2, 2)
 
 
 def test_without_the_fill_it_trains_on_what_the_filter_kept():
     dm = _dm([[CONST_OK] * 4, [CONST_FAIL, CONST_OK, MIXED, CONST_FAIL]], rounds=2, fill=False)
     batch = dm.next_train_batch()
-    assert sorted({e.group_id for e in batch.episodes}) == [6]
+    assert sorted(episode_returns(batch)) == [6]
     assert (batch.metrics["filter/kept_groups"], batch.metrics["filter/filled_groups"]) == (1, 0)
 
 
@@ -129,7 +127,7 @@ def test_the_filter_starts_after_the_cold_start():
         batch = dm.next_train_batch()
         if it < 2:  # plain GRPO iterations: one round, every group
             assert batch.metrics["filter/active"] == 0.0 and batch.metrics["filter/rounds"] == 1
-            assert len({e.group_id for e in batch.episodes}) == 4
+            assert len(episode_returns(batch)) == 4
         else:
             assert batch.metrics["filter/active"] == 1.0 and batch.metrics["filter/rounds"] == 3
             # one mixed group per round; the last round fills the fourth slot with its first other group
@@ -142,7 +140,7 @@ def test_the_fill_prefers_the_groups_the_filter_keeps(filter_name, expected):
     groups: the last round takes that one before filling with the others in task order."""
     script = [[CONST_OK, MIXED, CONST_OK, CONST_OK], [CONST_OK, CONST_OK, CONST_OK, CONST_FAIL]]
     batch = _dm(script, filter_name=filter_name, rounds=2, valid=False).next_train_batch()
-    assert sorted({e.group_id for e in batch.episodes}) == expected
+    assert sorted(episode_returns(batch)) == expected
     kept = 2 if filter_name == "stage_aware" else 1
     assert (batch.metrics["filter/kept_groups"], batch.metrics["filter/filled_groups"]) == (kept, 4 - kept)
 
@@ -152,4 +150,4 @@ def test_a_batch_always_holds_the_target_with_the_fill(rounds):
     torch.manual_seed(rounds)
     script = [[[float(torch.randint(0, 2, ())), float(torch.randint(0, 2, ()))] for _ in range(4)] for _ in range(rounds)]
     batch = _dm(script, rounds=rounds).next_train_batch()
-    assert len({e.group_id for e in batch.episodes}) == 4
+    assert len(episode_returns(batch)) == 4

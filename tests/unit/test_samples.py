@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.agent.records import Episode, Turn, anchor_key
-from arl.agent.samples import collate, index_batch, micro_batches, turn_samples
+from arl.agent.samples import collate, turn_samples
+from arl.datamodules.batches import index_batch, micro_batches
 
 
 def _turn(prompt, response, reward, valid=True, anchor="s"):

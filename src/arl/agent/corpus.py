@@ -1,5 +1,5 @@
-"""Text the environments render, to train the embedded tokenizer on; and the embedded model built
-on it (:func:`tiny_model`).
+"""Text the environments render, to train the embedded tokenizer on (the embedded model is built
+on it by :func:`arl.builders.tiny_model`).
 
 For each env, episodes are played by the env's expert (or random admissible actions when it has
 none) and every prompt, history line and answer they produce is collected, so the tokenizer's
@@ -57,12 +57,3 @@ def corpus_texts(env_names: list[str], n_seeds: int, max_turns: int = 6) -> list
                 obs, info = result.observation, {**info, **result.info}
             env.close()
     return texts
-
-
-def tiny_model(cfg=None, cache_dir=None) -> Path:
-    """The HF folder of the embedded model for ``cfg`` (a :class:`arl.models.tiny.TinyConfig`),
-    its tokenizer trained on :func:`corpus_texts` of ``cfg.corpus_envs``; built once, cached."""
-    from arl.models.tiny import TinyConfig, ensure_tiny
-
-    cfg = cfg or TinyConfig()
-    return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))

@@ -12,13 +12,14 @@ Two tables come out of a batch of episodes:
 
 ``turn_row`` (B, L) links the two: the turn-table row of each response token (-1 elsewhere), so a
 turn's advantage lands on exactly its own tokens in both modes. Tensors are right-padded;
-``position_ids`` count real tokens from 0.
+``position_ids`` count real tokens from 0. :mod:`arl.datamodules.batches` describes the tensor
+tables the RL module receives and holds the tensor helpers both sides share.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -168,17 +169,24 @@ def collate_turns(turns: Sequence[TurnSample]) -> dict[str, torch.Tensor]:
     }
 
 
-def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:
-    """Spread per-turn values (T,) onto their tokens: (B, L), 0 where ``turn_row`` is -1."""
-    out = values[turn_row.clamp_min(0)]
-    return torch.where(turn_row >= 0, out, torch.zeros_like(out))
+def collate_episodes(episodes: Sequence[Episode], mode: str, pad_id: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """An iteration's episodes as the two tensor tables the RL module trains on:
+    (:func:`collate_tokens` of the ``mode`` samples, :func:`collate_turns` of the turn table).
+    Episodes with an environment error are left out of both."""
+    samples, turns = build_samples(episodes, mode)
+    return collate_tokens(samples, pad_id), collate_turns(turns)
 
 
-def sum_tokens_per_turn(token_values: torch.Tensor, turn_row: torch.Tensor, n_turns: int) -> torch.Tensor:
-    """Sum (B, L) token values into their turns: (T,). Tokens with ``turn_row == -1`` are dropped."""
-    keep = turn_row >= 0
-    out = token_values.new_zeros(n_turns)
-    return out.index_add(0, turn_row[keep], token_values[keep])
+def episode_table(episodes: Sequence[Episode]) -> dict[str, torch.Tensor]:
+    """Per-episode results of the episodes without an environment error, shape (E,):
+    ``won`` (bool), ``ret`` (float), ``turns`` and ``valid_turns`` (int64)."""
+    good = [e for e in episodes if not e.env_error]
+    return {
+        "won": torch.tensor([bool(e.won) for e in good], dtype=torch.bool),
+        "ret": torch.tensor([float(e.ret) for e in good], dtype=torch.float32),
+        "turns": torch.tensor([len(e.turns) for e in good], dtype=torch.long),
+        "valid_turns": torch.tensor([sum(t.valid for t in e.turns) for e in good], dtype=torch.long),
+    }
 
 
 def collate(samples: Sequence[TurnSample], pad_id: int) -> dict[str, torch.Tensor]:
@@ -186,38 +194,3 @@ def collate(samples: Sequence[TurnSample], pad_id: int) -> dict[str, torch.Tenso
     per-sample fields of :func:`collate_turns` (row ``i`` is turn ``i``)."""
     tokens = collate_tokens([turn_token_sample(t, i) for i, t in enumerate(samples)], pad_id)
     return {**tokens, **collate_turns(samples)}
-
-
-def index_batch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Rows ``idx`` of every tensor, with (B, L) tensors trimmed to their longest real row."""
-    out = {k: v[idx] for k, v in batch.items()}
-    if "attention_mask" in out and out["attention_mask"].numel():
-        width = int(out["attention_mask"].sum(-1).max().item())
-        for k in out:
-            if out[k].dim() == 2:
-                out[k] = out[k][:, :width]
-    return out
-
-
-def micro_batches(
-    batch: dict[str, torch.Tensor], idx: torch.Tensor, token_budget: int, sort_by_length: bool = True
-) -> Iterator[dict[str, torch.Tensor]]:
-    """Split rows ``idx`` into micro-batches whose padded size (rows x longest row) fits the budget.
-
-    With ``sort_by_length`` (default) the rows are packed shortest first, so each micro-batch
-    holds rows of similar length (on the default Sokoban job 3 % padding instead of 16 % in
-    random order; the loss normalisers are global, so the grouping does not change a step);
-    otherwise in the given order. A single row longer than the budget is its own micro-batch.
-    """
-    if sort_by_length and len(idx) > 1:
-        idx = idx[torch.argsort(batch["attention_mask"][idx].sum(-1), stable=True)]
-    lengths = batch["attention_mask"][idx].sum(-1).tolist()
-    start, longest = 0, 0
-    for i, n in enumerate(lengths):
-        new_longest = max(longest, n)
-        if i > start and new_longest * (i - start + 1) > token_budget:
-            yield index_batch(batch, idx[start:i])
-            start, new_longest = i, n
-        longest = new_longest
-    if start < len(lengths):
-        yield index_batch(batch, idx[start:])

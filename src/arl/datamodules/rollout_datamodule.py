@@ -1,8 +1,15 @@
 """Online data: every training batch is a fresh iteration of rollouts with the current policy.
 
-The train loader is an ``IterableDataset`` that yields one :class:`RolloutBatch` per RL iteration:
-``groups_per_step`` tasks x ``group_size`` episodes, passed through the dynamic-sampling filter with
-re-rollout top-up (DESIGN section 4, filters). Task seeds are derived from (seed, iteration, round)
+The train loader is an ``IterableDataset`` that yields one
+:class:`~arl.datamodules.batches.RolloutBatch` per RL iteration: ``groups_per_step`` tasks x
+``group_size`` episodes, passed through the dynamic-sampling filter with re-rollout top-up (DESIGN
+section 4, filters), then turned into training samples and collated into tensors
+(:func:`arl.agent.samples.collate_episodes`), as the SFT DataModule hands over its batches. The
+module receives tensors only.
+
+The filter is the one call from this room into the algorithm: the DataModule is given the
+module's configured filter (``group_filter``, a function of returns, group ids and the valid-action
+ratio) and applies it between rollout rounds, since whether to roll out more is a data decision. Task seeds are derived from (seed, iteration, round)
 so a run is reproducible and a resumed run continues the same seed stream. Validation episodes use
 held-out seeds (a range no training seed falls in), group size 1 and the ``val_*`` sampling keys
 (the paper's T 0.6, top-p 0.95, top-k 20; greedy with ``val_temperature=0``), from a generator of
@@ -24,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -35,6 +41,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
+from arl.agent.samples import collate_episodes, episode_table
+from arl.datamodules.batches import RolloutBatch, ValidationBatch
 from arl.envs.base import VAL_SEED_BASE
 from arl.rollout.engine import SamplingParams
 from arl.utils import distributed as dist_utils
@@ -42,21 +50,6 @@ from arl.utils import distributed as dist_utils
 log = logging.getLogger(__name__)
 
 TRAIN_SEED_SPACE = VAL_SEED_BASE  # training task seeds lie in [0, VAL_SEED_BASE): never a validation seed
-
-
-@dataclass
-class RolloutBatch:
-    """One iteration's rollouts, as the LightningModule receives them."""
-
-    episodes: list[Episode]
-    iteration: int
-    seconds: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-    sample_mode: str = "turn"  # how the episodes were rolled out (arl.agent.samples.SAMPLE_MODES)
-    # how each metric combines over data-parallel ranks: "sum", "max", or a weight (a count) for
-    # a weighted mean; metrics not listed are plain means over ranks
-    reduce: dict[str, str | float] = field(default_factory=dict)
-    val_protocol: str = ""  # validation batches: val_sampled | val_greedy (validation_protocol)
 
 
 def train_task_seeds(seed: int, iteration: int, round_: int, n: int) -> list[int]:
@@ -104,11 +97,12 @@ def with_protocol_names(metrics: dict[str, float], params: SamplingParams) -> di
     return {**metrics, **{f"{group}/{k[4:]}": v for k, v in metrics.items() if k.startswith("val/")}}
 
 
-def validation_batches(
+def validation_episodes(
     loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0, rank: int = 0,
     world: int = 1, seed: int = 0,
-) -> Iterator[RolloutBatch]:
+) -> Iterator[tuple[list[Episode], float]]:
     """Held-out episodes (group size 1), ``batch_size`` per engine batch; rank's share only.
+    Yields (episodes, seconds) per engine batch.
 
     Sampled validation draws from its own torch generator state, seeded by (``seed``,
     ``iteration``, first episode), inside ``torch.random.fork_rng``: the same weights validate to
@@ -124,20 +118,21 @@ def validation_batches(
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(np.random.SeedSequence([int(seed), int(iteration), start]).generate_state(1)[0]))
             eps = loop.run(tasks, 1, params, first_episode_id=start)
-        yield RolloutBatch(eps, iteration, time.perf_counter() - t0, sample_mode=loop.sample_mode,
-                           val_protocol=validation_protocol(params))
+        yield eps, time.perf_counter() - t0
 
 
 class _ValStream(IterableDataset):
     def __init__(self, dm: "RolloutDataModule"):
         self.dm = dm
 
-    def __iter__(self) -> Iterator[RolloutBatch]:
+    def __iter__(self) -> Iterator[ValidationBatch]:
         dm = self.dm
         rank, world = dm.rank_and_world()
-        yield from validation_batches(
+        protocol = validation_protocol(dm.val_sampling)
+        for eps, seconds in validation_episodes(
             dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world, dm.seed
-        )
+        ):
+            yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol)
 
 
 class RolloutDataModule(LightningDataModule):
@@ -158,6 +153,7 @@ class RolloutDataModule(LightningDataModule):
             filter kept.
         group_filter: ``(returns, group_ids, valid_ratio) -> FilterResult`` (set by the pipeline
             from the LightningModule), or None to keep everything.
+        pad_id: the padding token id of the collated batches (the policy tokenizer's).
     """
 
     def __init__(
@@ -175,8 +171,10 @@ class RolloutDataModule(LightningDataModule):
         group_filter: GroupFilter | None = None,
         filter_cold_start: int = 0,
         fill_last_round: bool = True,
+        pad_id: int = 0,
     ):
         super().__init__()
+        self.pad_id = int(pad_id)
         self.agent_loop = agent_loop
         self.iterations = iterations
         self.groups_per_step = groups_per_step
@@ -227,10 +225,10 @@ class RolloutDataModule(LightningDataModule):
 
     # ------------------------------------------------------------------ loaders
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, collate_fn=_identity)
+        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(_ValStream(self), batch_size=None, num_workers=0, collate_fn=_identity)
+        return DataLoader(_ValStream(self), batch_size=None, num_workers=0)
 
     # ------------------------------------------------------------------ one iteration
     def _prepare_rng(self) -> None:
@@ -300,7 +298,8 @@ class RolloutDataModule(LightningDataModule):
         if kept_groups - filled_groups < target and filtering:
             log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
                      it, kept_groups - filled_groups, target, rounds, filled_groups)
-        return RolloutBatch(kept, it, seconds, metrics, self.agent_loop.sample_mode, rollout_reduce_spec(all_eps, metrics))
+        tokens, turns = collate_episodes(kept, self.agent_loop.sample_mode, self.pad_id)
+        return RolloutBatch(tokens, turns, it, seconds, metrics, rollout_reduce_spec(all_eps, metrics))
 
 
     def _filter_round(self, episodes: list[Episode], last: bool) -> tuple[list[int], list[int]]:
@@ -350,6 +349,3 @@ def rollout_reduce_spec(episodes: list[Episode], metrics: dict[str, float]) -> d
             spec[key] = float(len(good))
     return spec
 
-
-def _identity(x):
-    return x

@@ -2,7 +2,9 @@
 
 The module owns the policy, the frozen reference, and the algorithm parts that the ``algo``
 config selects (loss, advantage, filter); it wires them together and leaves the arithmetic to
-``arl.algos``. A batch is one iteration's rollouts (:class:`~arl.datamodules.rollout_datamodule.RolloutBatch`).
+``arl.algos``. A batch is one iteration's rollouts as tensors (:class:`~arl.datamodules.batches.RolloutBatch`:
+the token rows and the turn table); a validation batch holds per-episode results
+(:class:`~arl.datamodules.batches.ValidationBatch`).
 """
 
 from __future__ import annotations
@@ -16,17 +18,16 @@ import torch
 from lightning import LightningModule
 from torchmetrics import MeanMetric
 
-from arl.agent.samples import (
-    build_samples,
-    collate_tokens,
-    collate_turns,
+from arl.algos import advantages, diagnostics, filters, kl
+from arl.algos import objective as objective_lib
+from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
+from arl.datamodules.batches import (
+    RolloutBatch,
+    ValidationBatch,
     micro_batches,
     sum_tokens_per_turn,
     turn_values_to_tokens,
 )
-from arl.algos import advantages, diagnostics, filters, kl
-from arl.algos import objective as objective_lib
-from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
 from arl.modules.forward import forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
@@ -123,17 +124,6 @@ class AgenticRLModule(LightningModule):
             returns=returns, group_ids=group_ids, valid_ratio=valid_ratio, **self.filter_kwargs
         )
 
-    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
-        """A rollout batch holds episodes (Python lists), not tensors: hand it over as is.
-
-        Lightning's default walks every field of every turn of every episode looking for
-        tensors, which cost about 0.4 s per iteration of the default job; the module builds
-        its tensors on ``self.device`` itself.
-        """
-        if hasattr(batch, "episodes"):
-            return batch
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
     # ----------------------------------------------------------------------- distribution
     def configure_model(self) -> None:
         """FSDP2 (``ModelParallelStrategy``): shard policy and reference on the data-parallel mesh."""
@@ -205,13 +195,13 @@ class AgenticRLModule(LightningModule):
         return out * data["response_mask"] if data is not None else None
 
     # ----------------------------------------------------------------------- training
-    def training_step(self, batch, batch_idx: int):
+    def training_step(self, batch: RolloutBatch, batch_idx: int):
         t_start = time.perf_counter()
         metrics: dict[str, float] = dict(batch.metrics)
-        spec: dict[str, Any] = dict(getattr(batch, "reduce", None) or {})
-        samples, turns = build_samples(batch.episodes, getattr(batch, "sample_mode", "turn"))
+        spec: dict[str, Any] = dict(batch.reduce)
+        n_samples, n_turns = batch.num_samples, batch.num_turns
         self.iteration += 1
-        n_global = int(self._reduce_sum(torch.tensor(float(len(samples)))))
+        n_global = int(self._reduce_sum(torch.tensor(float(n_samples))))
         if n_global == 0:  # no rank has anything
             self.skipped_steps += 1
             metrics["actor/skipped_steps"] = float(self.skipped_steps)
@@ -220,9 +210,9 @@ class AgenticRLModule(LightningModule):
             self._log_at_iteration(self.last_metrics)
             return
         data = table = None
-        if samples:
-            data = {k: v.to(self.device) for k, v in collate_tokens(samples, self.pad_id).items()}
-            table = {k: v.to(self.device) for k, v in collate_turns(turns).items()}
+        if n_samples:
+            data = {k: v.to(self.device) for k, v in batch.tokens.items()}
+            table = {k: v.to(self.device) for k, v in batch.turns.items()}
         n_steps = self.steps_per_epoch(n_global)
         on_policy = self.ppo_epochs == 1 and n_steps == 1
 
@@ -243,7 +233,7 @@ class AgenticRLModule(LightningModule):
         t_logprob = time.perf_counter() - t0
 
         if data is not None:
-            metrics.update(self._advantages(data, table, turns, spec))
+            metrics.update(self._advantages(data, table, spec))
 
         t1 = time.perf_counter()
         metrics.update(self._update(data, on_policy, spec, n_steps))
@@ -258,8 +248,8 @@ class AgenticRLModule(LightningModule):
                 "perf/iteration_s": float(batch.seconds) + time.perf_counter() - t_start,
                 "actor/skipped_steps": float(self.skipped_steps),
                 "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
-                "train/samples": float(len(samples)),
-                "train/turns": float(len(turns)),
+                "train/samples": float(n_samples),
+                "train/turns": float(n_turns),
             }
         )
         spec.update({k: "max" for k in metrics if k.startswith("perf/")})
@@ -267,15 +257,17 @@ class AgenticRLModule(LightningModule):
         self.last_metrics = self._reduce_metrics(metrics, spec)
         self._log_at_iteration(self.last_metrics)
 
-    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], turns: list, spec: dict[str, Any]) -> dict[str, float]:
-        """Advantages per turn, spread onto each turn's tokens (``data['advantages']``); metrics."""
+    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], spec: dict[str, Any]) -> dict[str, float]:
+        """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
+        (``data['advantages']``); metrics."""
         mask = data["response_mask"]
+        n_turns = int(table["reward"].shape[0])
         metrics: dict[str, float] = {}
         step_rewards = table["reward"]
         if "ref_log_probs" in data and not self.objective.kl_in_loss:
             # k-estimator per token, summed over each turn's own tokens (both sample modes)
             token_kl = kl.kl_penalty(data["old_log_probs"], data["ref_log_probs"], self.objective.kl_estimator) * mask
-            penalty = self.objective.kl_coef * sum_tokens_per_turn(token_kl, data["turn_row"], len(turns))
+            penalty = self.objective.kl_coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
             step_rewards = step_rewards - penalty
             metrics["actor/kl_reward"] = float(penalty.mean())
         adv = self.advantage_fn(
@@ -298,8 +290,8 @@ class AgenticRLModule(LightningModule):
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})
-        n_turns, n_tokens = float(len(turns)), float(mask.sum())
-        spec.update({k: (n_tokens if k.startswith("is/rollout_") else n_turns) for k in metrics})
+        n_tokens = float(mask.sum())
+        spec.update({k: (n_tokens if k.startswith("is/rollout_") else float(n_turns)) for k in metrics})
         return metrics
 
     def steps_per_epoch(self, n_samples: int) -> int:
@@ -451,15 +443,17 @@ class AgenticRLModule(LightningModule):
             logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=self.iteration)
 
     # ----------------------------------------------------------------------- validation
-    def validation_step(self, batch, batch_idx: int):
-        self.val_protocol = getattr(batch, "val_protocol", "") or getattr(self, "val_protocol", "")
-        for ep in batch.episodes:
-            if ep.env_error:
-                continue
-            self.val_success.update(float(ep.won))
-            self.val_return.update(ep.ret)
-            if ep.turns:  # over turns, as rollout/valid_action_ratio and eval.py count it
-                self.val_valid.update(sum(t.valid for t in ep.turns) / len(ep.turns), weight=len(ep.turns))
+    def validation_step(self, batch: ValidationBatch, batch_idx: int):
+        self.val_protocol = batch.protocol or getattr(self, "val_protocol", "")
+        r = batch.results
+        if not r["won"].numel():
+            return
+        self.val_success.update(r["won"].float())
+        self.val_return.update(r["ret"])
+        played = r["turns"] > 0  # the valid-action ratio is over turns, as rollout/valid_action_ratio and eval.py count it
+        if played.any():
+            turns = r["turns"][played].float()
+            self.val_valid.update(r["valid_turns"][played].float() / turns, weight=turns)
 
     def on_validation_epoch_end(self):
         values = {

@@ -1,0 +1,114 @@
+"""The data contracts between the data room and the LightningModules: tensors only.
+
+An RL iteration reaches :class:`~arl.modules.rl_module.AgenticRLModule` as a :class:`RolloutBatch`
+of two tensor tables (DESIGN section 3), built by the DataModule from the episodes it rolled out
+(:func:`arl.agent.samples.collate_episodes`):
+
+- ``tokens``, the training rows, right-padded, shape (B, L): ``input_ids``, ``attention_mask``,
+  ``position_ids`` (real tokens counted from 0), ``response_mask`` (1.0 on sampled tokens),
+  ``rollout_log_probs`` (the engine's log-prob at each sampled token), ``turn_row`` (the turn-table
+  row of each response token, -1 elsewhere); and (B,) ``group_id``, ``episode_id``;
+- ``turns``, the turn table, shape (T,): ``group_id``, ``episode_id``, ``turn``, ``anchor_key``
+  (int64), ``valid`` (bool), ``reward`` (the turn's environment reward), ``episode_return``.
+
+A validation batch (:class:`ValidationBatch`) holds per-episode results, shape (E,). The helpers
+below are the tensor operations both sides share: turn values onto tokens and back, and
+micro-batching under a token budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+
+@dataclass
+class RolloutBatch:
+    """One RL iteration (this rank's share), as the LightningModule receives it.
+
+    Attributes:
+        tokens: the (B, L) and (B,) training tensors (module docstring).
+        turns: the (T,) turn table.
+        iteration: the RL iteration it was rolled out in.
+        seconds: wall time of the rollout.
+        metrics: rollout and filter metrics of this rank.
+        reduce: how each metric combines over data-parallel ranks: ``"sum"``, ``"max"``, or a
+            weight (a count) for a weighted mean; metrics not listed are plain means over ranks.
+    """
+
+    tokens: dict[str, torch.Tensor]
+    turns: dict[str, torch.Tensor]
+    iteration: int
+    seconds: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
+    reduce: dict[str, str | float] = field(default_factory=dict)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.tokens["input_ids"].shape[0])
+
+    @property
+    def num_turns(self) -> int:
+        return int(self.turns["reward"].shape[0])
+
+
+@dataclass
+class ValidationBatch:
+    """Held-out episodes (this rank's share): ``results`` has (E,) ``won`` (bool), ``ret``
+    (float), ``turns`` and ``valid_turns`` (int64) of the episodes without an environment error;
+    ``protocol`` is ``val_sampled`` or ``val_greedy``."""
+
+    results: dict[str, torch.Tensor]
+    iteration: int
+    seconds: float = 0.0
+    protocol: str = ""
+
+
+def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:
+    """Spread per-turn values (T,) onto their tokens: (B, L), 0 where ``turn_row`` is -1."""
+    out = values[turn_row.clamp_min(0)]
+    return torch.where(turn_row >= 0, out, torch.zeros_like(out))
+
+
+def sum_tokens_per_turn(token_values: torch.Tensor, turn_row: torch.Tensor, n_turns: int) -> torch.Tensor:
+    """Sum (B, L) token values into their turns: (T,). Tokens with ``turn_row == -1`` are dropped."""
+    keep = turn_row >= 0
+    out = token_values.new_zeros(n_turns)
+    return out.index_add(0, turn_row[keep], token_values[keep])
+
+
+def index_batch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Rows ``idx`` of every tensor, with (B, L) tensors trimmed to their longest real row."""
+    out = {k: v[idx] for k, v in batch.items()}
+    if "attention_mask" in out and out["attention_mask"].numel():
+        width = int(out["attention_mask"].sum(-1).max().item())
+        for k in out:
+            if out[k].dim() == 2:
+                out[k] = out[k][:, :width]
+    return out
+
+
+def micro_batches(
+    batch: dict[str, torch.Tensor], idx: torch.Tensor, token_budget: int, sort_by_length: bool = True
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Split rows ``idx`` into micro-batches whose padded size (rows x longest row) fits the budget.
+
+    With ``sort_by_length`` (default) the rows are packed shortest first, so each micro-batch
+    holds rows of similar length (on the default Sokoban job 3 % padding instead of 16 % in
+    random order; the loss normalisers are global, so the grouping does not change a step);
+    otherwise in the given order. A single row longer than the budget is its own micro-batch.
+    """
+    if sort_by_length and len(idx) > 1:
+        idx = idx[torch.argsort(batch["attention_mask"][idx].sum(-1), stable=True)]
+    lengths = batch["attention_mask"][idx].sum(-1).tolist()
+    start, longest = 0, 0
+    for i, n in enumerate(lengths):
+        new_longest = max(longest, n)
+        if i > start and new_longest * (i - start + 1) > token_budget:
+            yield index_batch(batch, idx[start:i])
+            start, new_longest = i, n
+        longest = new_longest
+    if start < len(lengths):
+        yield index_batch(batch, idx[start:])
