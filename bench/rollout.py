@@ -29,8 +29,8 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 from rich.console import Console
 from rich.table import Table
 
-from arl.builders import tiny_model
 from arl.agent.loop import AgentLoop, Task
+from arl.builders import tiny_model
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names
 from arl.models.loading import load_policy

@@ -45,9 +45,9 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from arl.builders import tiny_model
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.samples import build_samples, collate_tokens
+from arl.builders import tiny_model
 from arl.datamodules.batches import micro_batches
 from arl.models.tiny import TinyConfig, build_model
 from arl.modules.forward import forward_log_probs

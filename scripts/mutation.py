@@ -33,8 +33,8 @@ SRC = ROOT / "src" / "arl"
 
 ALGOS_TESTS = ["tests/unit/algos", "tests/integration/test_update_oracle.py"]
 MODULE_TESTS = ["tests/integration/test_update_oracle.py", "tests/integration/test_scale_update.py"]
-SAMPLES_TESTS = ["tests/unit/test_samples.py", "tests/integration/test_update_oracle.py"]
-DATA_TESTS = ["tests/unit/test_dynamic_sampling.py", "tests/unit/test_scale_parts.py"]
+SAMPLES_TESTS = ["tests/unit/agent/test_samples.py", "tests/integration/test_update_oracle.py"]
+DATA_TESTS = ["tests/unit/datamodules/test_dynamic_sampling.py", "tests/unit/datamodules/test_rollout_datamodule.py"]
 
 
 @dataclass(frozen=True)
@@ -165,11 +165,11 @@ MUTANTS: list[Mutant] = [
     # ---------------------------------------------------------------- filters
     M("dapo_keeps_constant", "algos/filters.py",
       "return _result(uniq, index, (gmax - gmin) > atol)", "return _result(uniq, index, (gmax - gmin) >= atol)",
-      "DAPO keeps constant groups", (*ALGOS_TESTS, "tests/unit/test_dynamic_sampling.py")),
+      "DAPO keeps constant groups", (*ALGOS_TESTS, "tests/unit/datamodules/test_dynamic_sampling.py")),
     M("stage_aware_threshold", "algos/filters.py",
       "if valid_ratio is not None and valid_ratio < valid_ratio_threshold:",
       "if valid_ratio is not None and valid_ratio > valid_ratio_threshold:",
-      "stage_aware keeps all-failure groups late instead of early", (*ALGOS_TESTS, "tests/unit/test_dynamic_sampling.py")),
+      "stage_aware keeps all-failure groups late instead of early", (*ALGOS_TESTS, "tests/unit/datamodules/test_dynamic_sampling.py")),
     # ---------------------------------------------------------------- the module
     M("module_adv_sign", "modules/rl_module.py",
       "data[\"advantages\"] = turn_values_to_tokens(adv, data[\"turn_row\"]) * mask",

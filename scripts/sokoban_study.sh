@@ -28,10 +28,9 @@ for seed in 1 2; do
 done
 for pid in "${pids[@]}"; do wait "$pid" || { echo "study: a BC run failed, see $OUT/bc_sokoban_seed*.out" >&2; exit 1; }; done
 
-experiments=$(echo "$METHODS" | sed 's/\([a-z_]*\)/\1_sokoban/g')
 pids=()
 for seed in 1 2; do
-  $PY src/train.py -m "experiment=$experiments" debug=cpu_small seed=$seed \
+  $PY src/train.py -m experiment=sokoban "algo=$METHODS" debug=cpu_small seed=$seed \
     model.init_from="$(cd "$OUT" && pwd)/bc_sokoban/seed$seed/bc_policy_hf" \
     rl.iterations=$ITERS rl.val_every=$VAL_EVERY rollout.val_episodes=$VAL_EPISODES \
     hydra.sweep.dir="$OUT/sokoban_matrix" $EXTRA > "$OUT/sokoban_matrix_seed$seed.out" 2>&1 &

@@ -1,6 +1,6 @@
 """Results of a multirun as a markdown table and PNG plots (``python src/report.py <folder>``).
 
-A multirun folder holds one subfolder per run, named by its overrides (``experiment=grpo_sokoban,
+A multirun folder holds one subfolder per run, named by its overrides (``algo=grpo,experiment=sokoban,
 seed=1``), each with TensorBoard events under ``tensorboard/``. For every run this reads the RL
 scalars and reports:
 
@@ -9,7 +9,7 @@ scalars and reports:
 - peak KL (``actor/kl_loss``; ``actor/ppo_kl`` when no KL term is logged), peak ``actor/grad_norm``;
 - the final ``rollout/valid_action_ratio``.
 
-A behaviour-cloning run (``experiment=bc_<env>``, which a glob such as ``*_sokoban`` also matches)
+A behaviour-cloning run (``experiment=bc_<env>``)
 has no RL curves; its row reads ``bc_results.json``: start success is the untrained model's, final
 success the cloned policy's, and the valid-action ratio that of its greedy validation. It is left
 out of the plots, whose x axis is the RL iteration.

@@ -54,7 +54,7 @@ def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
     from arl.pipeline import train
 
     out, results = bc_run
-    cfg = compose(["experiment=grpo_sokoban", *SMALL, f"model.init_from={out / 'bc_policy_hf'}", "rl.iterations=1",
+    cfg = compose(["experiment=sokoban", "algo=grpo", *SMALL, f"model.init_from={out / 'bc_policy_hf'}", "rl.iterations=1",
                    "rl.val_every=1", "rollout.groups_per_step=2", "rollout.group_size=2"], output_dir=str(tmp_path))
     rl = train(cfg)
     assert not any(k.startswith("bc/") for k in rl)

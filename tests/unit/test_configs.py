@@ -20,22 +20,47 @@ ENVS = ["sokoban", "alfworld", "webshop", "math_tool"]
 SEARCHES = sorted(p.stem for p in (CONFIG_DIR / "hparams_search").glob("*.yaml"))
 
 
-def test_the_experiment_matrix_is_complete():
-    expected = {f"{m}_{e}" for m in METHODS for e in ENVS} | {f"bc_{e}" for e in ENVS}
+def test_experiments_are_decisions_not_the_method_x_env_product():
+    """One paper setup per env (the method comes from algo=), the paper's recipe under its own name
+    (sampo_<env>, the design card's command), and the BC stage alone per env."""
+    expected = set(ENVS) | {f"sampo_{e}" for e in ENVS} | {f"bc_{e}" for e in ENVS}
     assert set(EXPERIMENTS) == expected
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_runs_in_every_env_setup(method, env):
+    cfg = compose([f"experiment={env}", f"algo={method}"])
+    validate_config(cfg)
+    assert cfg.algo.name == method and cfg.env.name == env and cfg.task_name == f"{method}_{env}"
+    assert list(cfg.tags) == [env, method]
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_sampo_experiments_are_the_env_setup_with_sampo(env):
+    from omegaconf import OmegaConf
+
+    def plain(overrides):
+        return OmegaConf.to_container(compose(overrides, output_dir="/tmp/arl-same"), resolve=True)
+
+    assert plain([f"experiment=sampo_{env}"]) == plain([f"experiment={env}", "algo=sampo"])
+
+
+@pytest.mark.parametrize("debug", [pytest.param(d, marks=needs_smollm2()) if d == "cpu_pretrained" else d for d in DEBUGS])
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_with_every_debug_config(experiment, debug):
+    validate_config(compose([f"experiment={experiment}", f"debug={debug}"]))
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_validates(experiment):
     cfg = compose([f"experiment={experiment}"])
     validate_config(cfg)
-    assert cfg.task_name == experiment
-    method, env = ("bc", experiment[3:]) if experiment.startswith("bc_") else next(
-        (m, experiment[len(m) + 1 :]) for m in sorted(METHODS, key=len, reverse=True) if experiment.startswith(m + "_")
-    )
+    env = experiment.split("_", 1)[1] if experiment.startswith(("bc_", "sampo_")) else experiment
     assert cfg.env.name == env
-    if method != "bc":
-        assert cfg.algo.name == method
+    assert cfg.task_name == (experiment if experiment.startswith(("bc_", "sampo_")) else f"sampo_{env}")
+    if not experiment.startswith("bc_"):
+        assert cfg.algo.name == "sampo"
     # the paper's GPU scale (DESIGN section 4)
     assert cfg.model.name == "hf" and cfg.model.path == "Qwen/Qwen3-4B" and cfg.model.dtype == "bfloat16"
     assert cfg.rollout.engine == "vllm" and cfg.trainer.accelerator == "gpu"
@@ -108,7 +133,7 @@ def test_cpu_small_undoes_every_gpu_setting(env):
         node[path[-1]] = value
         applied += 1
     assert applied > 0  # the protocol reaches the CPU runs (GiGPO's norm, the DAPO cold start, validation sampling)
-    assert plain([f"experiment=gigpo_{env}", "debug=cpu_small"]) == expected
+    assert plain([f"experiment={env}", "algo=gigpo", "debug=cpu_small"]) == expected
     assert plain([f"experiment=bc_{env}", "debug=cpu_small", "bc.val_untrained=false", "bc.bootstrap.enabled=false",
                   "bc.dagger.enabled=false", "rl.enabled=true"]) == plain([f"env={env}", "debug=cpu_small"])
 
@@ -319,7 +344,7 @@ def test_the_sweep_subdir_goes_through_arl_dirname():
 ])
 def test_paper_experiments_follow_the_official_protocol(env, norm, mini_batch_size, cold_start, val_every, val_episodes):
     for method in ("sampo", "gigpo", "dapo_gigpo", "dapo_grpo", "grpo"):
-        cfg = compose([f"experiment={method}_{env}"])
+        cfg = compose([f"experiment={env}", f"algo={method}"])
         assert cfg.algo.advantage.norm == norm, method
         assert cfg.rl.mini_batch_size == mini_batch_size and cfg.algo.filter.cold_start == cold_start
         assert (cfg.rl.val_every, cfg.rollout.val_episodes) == (val_every, val_episodes)
@@ -329,17 +354,21 @@ def test_paper_experiments_follow_the_official_protocol(env, norm, mini_batch_si
         expected = (0.6, 0.7, 0) if env == "math_tool" else (0.6, 0.95, 20)
         assert (cfg.rollout.val_temperature, cfg.rollout.val_top_p, cfg.rollout.val_top_k) == expected
         # what is scale goes back to the CPU budget, what is protocol stays
-        small = compose([f"experiment={method}_{env}", "debug=cpu_small"])
+        small = compose([f"experiment={env}", f"algo={method}", "debug=cpu_small"])
         assert small.rl.mini_batch_size is None and small.rl.mini_batches == 2
         assert small.algo.advantage.norm == norm and small.algo.filter.cold_start == cold_start
 
 
 def test_per_method_clips_of_the_official_scripts():
     for env, clip in (("alfworld", (3e-4, 4e-4)), ("webshop", (3e-2, 4e-2)), ("math_tool", (3e-3, 4e-3)), ("sokoban", (3e-3, 4e-3))):
-        loss = compose([f"experiment=gspo_{env}"]).algo.loss
+        loss = compose([f"experiment={env}", "algo=gspo"]).algo.loss
         assert (loss.clip_ratio_low, loss.clip_ratio_high) == clip and loss.agg == "seq-mean-token-mean", env
-    assert (compose(["experiment=sapo_alfworld"]).algo.loss.tau_pos, compose(["experiment=sapo_alfworld"]).algo.loss.tau_neg) == (2.0, 2.1)
-    assert compose(["experiment=sapo_seqmask_alfworld"]).algo.loss.tau_neg == 1.05
+    sapo = compose(["experiment=alfworld", "algo=sapo"]).algo.loss
+    assert (sapo.tau_pos, sapo.tau_neg) == (2.0, 2.1)
+    assert compose(["experiment=alfworld", "algo=sapo_seqmask"]).algo.loss.tau_neg == 1.05
+    # the per-env values come with the method on the env, also without the paper setup (algo/env/<algo>_<env>.yaml)
+    assert compose(["algo=gspo", "env=alfworld"]).algo.loss.clip_ratio_low == 3e-4
+    assert compose(["algo=gspo", "env=sokoban"]).algo.loss.clip_ratio_low == 3e-3
     sampo = compose(["experiment=sampo_alfworld"]).algo.loss  # SAMPO keeps DESIGN's clip and the paper's token-mean
     assert (sampo.clip_ratio_low, sampo.clip_ratio_high, sampo.agg) == (3e-3, 4e-3, "token-mean")
 

@@ -12,7 +12,6 @@ exact texts.
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 from arl.agent.parsing import TAGS
 from arl.agent.prompts import HistoryItem, render_history

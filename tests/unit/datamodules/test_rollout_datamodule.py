@@ -1,0 +1,95 @@
+"""The rollout DataModule's seed stream and RNG state across a resume, rank shares of the seed
+list, and the exact global reduction of rollout metrics."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share, rollout_reduce_spec
+from arl.rollout.engine import SamplingParams
+
+
+class _FakeLoop:
+    """Records the tasks it is asked for; 'samples' with the global RNGs like the HF engine does."""
+
+    sample_mode = "turn"
+
+    def __init__(self):
+        self.calls = []
+        self.last_stats = SimpleNamespace(generated_tokens=1, env_steps=1, generate_seconds=1.0, env_seconds=1.0)
+        self.pool = SimpleNamespace(restarts=0)
+
+    def run(self, tasks, group_size, params, first_episode_id=0):
+        draws = (torch.rand(1).item(), random.random(), float(np.random.rand()))
+        self.calls.append(([(t.group_id, t.seed) for t in tasks], first_episode_id, draws))
+        return []
+
+
+def _dm(loop, **kw):
+    params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, stop=())
+    return RolloutDataModule(loop, iterations=5, groups_per_step=4, group_size=2, sampling=params, val_sampling=params, seed=7, **kw)
+
+
+def test_resumed_datamodule_continues_the_seed_stream_and_the_rng():
+    torch.manual_seed(0)
+    straight = _FakeLoop()
+    dm = _dm(straight)
+    dm.next_train_batch()
+    dm.next_train_batch()
+    state = dm.state_dict()
+    dm.next_train_batch()  # iteration 3 of the straight run
+
+    torch.manual_seed(123)  # whatever a restarted process did before its first rollout
+    random.seed(5)
+    resumed = _FakeLoop()
+    dm2 = _dm(resumed)
+    dm2.load_state_dict(state)
+    assert dm2.iteration == 2
+    dm2.next_train_batch()
+    assert resumed.calls[0] == straight.calls[2]  # same tasks, same ids, same random draws
+
+
+def test_ranks_roll_out_disjoint_shares_of_the_same_seed_list():
+    single = _FakeLoop()
+    _dm(single).next_train_batch()
+    union = []
+    for rank in range(2):
+        loop = _FakeLoop()
+        dm = _dm(loop)
+        dm.trainer = SimpleNamespace(global_rank=rank, world_size=2)
+        dm._seeded = True  # keep the RNG out of it
+        dm.next_train_batch()
+        union.extend(loop.calls[0][0])
+    assert sorted(union) == sorted(single.calls[0][0])
+    assert rank_share(5, 0, 2) == (0, 2) and rank_share(5, 1, 2) == (2, 5)
+
+
+def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
+    from arl.modules.rl_module import AgenticRLModule
+
+    def ep(won, valid_turns):
+        turns = [SimpleNamespace(valid=v, response_ids=[1, 2], truncated=False, reward=0.0) for v in valid_turns]
+        return SimpleNamespace(env_error=False, won=won, ret=1.0 if won else 0.0, num_turns=len(turns), turns=turns, task_type="t")
+
+    from arl.agent.metrics import episode_metrics
+
+    rank0 = [ep(True, [1, 1]), ep(False, [0, 1, 0, 0])]
+    rank1 = [ep(True, [1])]
+    per_rank = []
+    for eps in (rank0, rank1):
+        m = episode_metrics(eps, "rollout/")
+        m["rollout/episodes"] = float(len(eps))
+        per_rank.append((m, rollout_reduce_spec(eps, m)))
+    module = AgenticRLModule.__new__(AgenticRLModule)
+    monkeypatch.setattr(AgenticRLModule, "_world_size", lambda self: 2)
+    monkeypatch.setattr("arl.utils.distributed.all_gather_object", lambda obj: per_rank)
+    out = module._reduce_metrics(*per_rank[0])
+    everything = episode_metrics(rank0 + rank1, "rollout/")
+    for key in ("rollout/success_rate", "rollout/return_mean", "rollout/valid_action_ratio", "rollout/episode_len"):
+        assert out[key] == pytest.approx(everything[key]), key
+    assert out["rollout/episodes"] == 3.0
