@@ -11,11 +11,12 @@ CONFIG_DIR = ROOT / "configs"
 SHARED_DATA = Path(os.environ.get("ARL_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
-def compose(overrides: list[str] | None = None, config_name: str = "train.yaml", output_dir: str | None = None):
+def compose(overrides: list[str] | None = None, config_name: str = "train.yaml", output_dir: str | None = None,
+            keep_hydra: bool = False):
     """Compose a config as ``src/train.py`` would, with the Hydra runtime config set.
 
-    The returned config has no ``hydra`` node (as in ``@hydra.main``); ``paths.output_dir``
-    resolves to ``output_dir`` (default: a fresh temporary folder).
+    The returned config has no ``hydra`` node (as in ``@hydra.main``) unless ``keep_hydra``;
+    ``paths.output_dir`` resolves to ``output_dir`` (default: a fresh temporary folder).
     """
     import tempfile
 
@@ -34,8 +35,9 @@ def compose(overrides: list[str] | None = None, config_name: str = "train.yaml",
         cfg.hydra.runtime.output_dir = output_dir or tempfile.mkdtemp(prefix="arl-test-")
         cfg.hydra.job.num = 0
     HydraConfig.instance().set_config(cfg)
-    with open_dict(cfg):
-        del cfg["hydra"]
+    if not keep_hydra:
+        with open_dict(cfg):
+            del cfg["hydra"]
     return cfg
 
 

@@ -55,6 +55,32 @@ def one_thread():
         torch.set_num_threads(before)
 
 
+class KillDuringSave(Callback):
+    """SIGKILL the training process in the middle of writing the checkpoint of iteration
+    ``iteration``: the checkpoint is written to its file (the temporary name the writer chose), then
+    the file is cut to half its size, as a kill during the write leaves it, and the process dies
+    before anything else runs (the rename, the next iteration)."""
+
+    def __init__(self, iteration: int):
+        self.iteration = int(iteration)
+
+    def setup(self, trainer, pl_module, stage):
+        io = trainer.strategy.checkpoint_io
+        real = io.save_checkpoint
+
+        def save_checkpoint(checkpoint, path, storage_options=None):
+            real(checkpoint, path, storage_options=storage_options)
+            if pl_module.iteration == self.iteration:
+                size = os.path.getsize(path)
+                with open(path, "r+b") as f:
+                    f.truncate(size // 2)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        io.save_checkpoint = save_checkpoint
+
+
 class KillAt(Callback):
     """SIGKILL the training process at the end of iteration ``iteration``, after its metrics were
     logged (and flushed) but before its checkpoint is written: the worst moment for a resume."""

@@ -189,10 +189,11 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
 
     A GPU trainer needs a GPU; ``rollout=vllm`` needs the vllm package; a local model folder
     (``model.path``, ``model.init_from``) and the data files an env config names
-    (``env.kwargs.*_path`` / ``*_dir``) must exist. Raises :class:`ConfigError` saying what is
+    (``env.kwargs.*_path`` / ``*_dir``, ALFWorld's ``games``) must exist. Raises :class:`ConfigError` saying what is
     missing and, for a GPU, the CPU alternative.
     """
     import importlib.util
+    import os
     from pathlib import Path
 
     c = _as_dict(cfg)
@@ -224,3 +225,9 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     for key, value in env_kwargs.items():
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
             raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
+        if key in ("games", "val_games") and value:  # ALFWorld's own games: files, folders or globs
+            import glob
+
+            for item in [value] if isinstance(value, str) else list(value):
+                if not glob.glob(os.path.expanduser(str(item)), recursive=True):
+                    raise ConfigError(f"env.kwargs.{key}: {item!r} does not exist (no file, folder or glob match)")

@@ -98,3 +98,24 @@ def test_tensorboard_curves_are_continuous(runs):
     for tag in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "rollout/return_mean", "rollout/response_len_mean", "adv/std"):
         for (s1, v1), (s2, v2) in zip(straight[tag], resumed[tag]):
             assert s1 == s2 and abs(v1 - v2) <= EXACT, (tag, s1, v1, v2)
+
+
+def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp_path):
+    """The kill comes while iteration 3's checkpoint is half written: ``last.ckpt`` still holds
+    iteration 2 whole, and ``ckpt_path=last`` resumes from it and finishes the run."""
+    killed = _cli(["+callbacks.kill._target_=scale_helpers.KillDuringSave", "+callbacks.kill.iteration=3",
+                   "rl.val_every=4"], tmp_path)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (run_dir,) = (tmp_path / "resume" / "runs").iterdir()
+    checkpoints = run_dir / "checkpoints"
+    partial = checkpoints / "last.ckpt.tmp"
+    assert partial.exists(), sorted(p.name for p in checkpoints.iterdir())  # the write the kill cut short
+    with pytest.raises(Exception):
+        torch.load(partial, map_location="cpu", weights_only=True)
+    ckpt = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["arl"]["iteration"] == 2
+    resumed = _cli(["ckpt_path=last", "rl.val_every=4"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
+    assert final["arl"]["iteration"] == 4 and not partial.exists()
+    assert (run_dir / "policy_hf" / "model.safetensors").exists()

@@ -476,12 +476,13 @@ def test_vllm_without_the_package_says_how_to_get_it():
     ("model.path=./runs/bc_policy_hf", "model.path='./runs/bc_policy_hf' does not exist"),
     ("model.init_from=Qwen/not-a-folder", "model.init_from='Qwen/not-a-folder' does not exist: an HF folder"),
     ("env.kwargs.data_path=/nope/train.parquet", "env.kwargs.data_path='/nope/train.parquet' does not exist"),
+    ("env=alfworld env.kwargs.games=/nope/my_games", "env.kwargs.games: '/nope/my_games' does not exist"),
 ])
 def test_missing_folders_and_files_say_so(override, message):
     from arl.config import check_machine
 
     base = ["model=hf"] if override.startswith("model.path") else ["env=math_tool"] if override.startswith("env.") else []
-    cfg = compose([*base, override])
+    cfg = compose([*base, *override.split()])
     with pytest.raises(ConfigError) as err:
         check_machine(cfg)
     assert message in str(err.value)

@@ -241,7 +241,7 @@ class AgentLoop:
         if self.template is None:
             return self.prompt_ids(observation, history, info)
         if not episode.turns:
-            ids = self.template.first_ids(self.spec.render_prompt(observation, "", info))
+            ids = self.template.first_ids(self.spec.render_prompt(observation, "", info), info.get("system_prompt") or "")
             if len(ids) > self.max_prompt_tokens:
                 raise ValueError(f"first prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={self.max_prompt_tokens}")
             return ids

@@ -41,8 +41,11 @@ def render_history(items: Sequence[HistoryItem], window: int, show_observations:
 
 
 def build_messages(spec: EnvSpec, observation: str, history_text: str, info: dict[str, Any]) -> list[dict[str, str]]:
-    """The chat messages of one turn."""
-    return [{"role": "user", "content": spec.render_prompt(observation, history_text, info)}]
+    """The chat messages of one turn: the env's system message (``info["system_prompt"]``, e.g. a
+    data file's), if any, then the rendered user message."""
+    user = {"role": "user", "content": spec.render_prompt(observation, history_text, info)}
+    system = info.get("system_prompt")
+    return [{"role": "system", "content": system}, user] if system else [user]
 
 
 def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
@@ -96,9 +99,11 @@ class TrajectoryTemplate:
             raise TemplateError("the chat template does not render the next user message after the previous turns")
         self._end_of_assistant = closed[len(first) + len(_PROBE_ANSWER):]
 
-    def first_ids(self, user_text: str) -> list[int]:
-        """Ids of the first prompt: the first user message with the assistant turn opened."""
-        return encode_prompt(self.tokenizer, [{"role": "user", "content": user_text}])
+    def first_ids(self, user_text: str, system: str = "") -> list[int]:
+        """Ids of the first prompt: the system message (if any), the first user message, the
+        assistant turn opened."""
+        messages = [{"role": "system", "content": system}] if system else []
+        return encode_prompt(self.tokenizer, messages + [{"role": "user", "content": user_text}])
 
     def continuation_ids(self, user_text: str, last_response_ids: Sequence[int]) -> list[int]:
         """Ids that follow a sampled response: close the assistant turn, the next user message,

@@ -153,8 +153,11 @@ def test_loader_errors_name_the_path(tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"{bad}:2")):
         load_records(bad)
     nokey = _jsonl(tmp_path / "nokey.jsonl", [{"question": "q"}])
-    with pytest.raises(ValueError, match="missing key.*gt_answer"):
+    with pytest.raises(ValueError, match=r"\['question'\] match no known math data format"):
         load_records(nokey)
+    later = _jsonl(tmp_path / "later.jsonl", [{"question": "q", "gt_answer": "1"}, {"question": "r"}])
+    with pytest.raises(ValueError, match=re.escape(f"{later}:2: missing key(s) ['gt_answer']")):
+        load_records(later)
     other = tmp_path / "x.csv"
     other.write_text("question,gt_answer\n")
     with pytest.raises(ValueError, match="unsupported"):

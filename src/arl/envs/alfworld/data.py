@@ -18,6 +18,7 @@ unset), ``official`` (``$ALFWORLD_DATA`` or an explicit path), or ``auto`` (offi
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -116,6 +117,42 @@ def discover_games(root: str | Path, split: str, task_types: Sequence[str] | Non
     with _MEMO_LOCK:
         _MEMO[key] = games
     return games
+
+
+def find_games(spec: str | Path | Sequence[str | Path], task_types: Sequence[str] | None = None) -> tuple[Path, ...]:
+    """The ``game.tw-pddl`` files ``spec`` names, sorted: a game file, a folder (every game under
+    it, at any depth), a glob pattern (``~`` expanded; ``**`` for any depth), or a list of these.
+
+    Each game needs its ``traj_data.json`` beside it (the task and its type); games of other task
+    types than ``task_types`` are left out. Unlike the official tree, no game is filtered for
+    solvability: a game a user names is played. A spec that names no game is an error saying so.
+    """
+    specs = [spec] if isinstance(spec, (str, Path)) else list(spec)
+    types = check_task_types(task_types)
+    found: set[Path] = set()
+    for item in specs:
+        text = os.path.expanduser(str(item))
+        if glob.has_magic(text):
+            matches = [Path(m) for m in glob.glob(text, recursive=True)]
+        else:
+            matches = [Path(text)]
+        if not matches or not any(m.exists() for m in matches):
+            raise FileNotFoundError(f"ALFWorld games: {item} names no file or folder")
+        for match in matches:
+            if match.is_dir():
+                found.update(p for p in match.rglob(GAME_FILE))
+            elif match.is_file():
+                found.add(match)
+    games = []
+    for game in sorted(p.resolve() for p in found):
+        traj = game.parent / TRAJ_FILE
+        if not traj.is_file():
+            raise FileNotFoundError(f"ALFWorld game {game} has no {TRAJ_FILE} beside it (the task and its type)")
+        if read_task_type(traj) in types:
+            games.append(game)
+    if not games:
+        raise FileNotFoundError(f"ALFWorld games: no {GAME_FILE} of types {list(types)} in {specs}")
+    return tuple(games)
 
 
 def check_official_root(root: str | Path) -> Path:

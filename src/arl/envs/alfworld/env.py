@@ -35,6 +35,7 @@ from arl.envs.alfworld.data import (
     check_official_root,
     check_task_types,
     discover_games,
+    find_games,
     resolve_source,
 )
 from arl.envs.alfworld.engine import EngineState, acquire_engine, release_engine, require_alfworld
@@ -75,6 +76,11 @@ class AlfWorldEnv:
         data_source: ``auto`` (official games when ``$ALFWORLD_DATA`` or ``data_path`` is set,
             else generated), ``generated`` or ``official``.
         data_path: the folder holding ``json_2.1.1`` (overrides ``$ALFWORLD_DATA``).
+        games: the user's own games instead of a split tree: a ``game.tw-pddl`` file (with its
+            ``traj_data.json``), a folder of them (any depth), a glob, or a list of these
+            (:func:`~arl.envs.alfworld.data.find_games`); training seeds play them in sorted
+            order. Overrides ``data_source``.
+        val_games: the same for validation seeds (default: ``games``).
         split: training split (``train``; ``valid_seen`` / ``valid_unseen`` also accepted).
         val_split: split of seeds ``>= val_seed_base`` (``valid_seen``, alfworld's
             ``eval_in_distribution``, as the ARLArena ALFWorld trainer validates:
@@ -97,6 +103,8 @@ class AlfWorldEnv:
         *,
         data_source: str = "auto",
         data_path: str | None = None,
+        games: str | list[str] | None = None,
+        val_games: str | list[str] | None = None,
         split: str = "train",
         val_split: str = "valid_seen",
         val_seed_base: int = VAL_SEED_BASE,
@@ -120,7 +128,13 @@ class AlfWorldEnv:
         self.val_split = canonical_split(val_split)
         self.val_seed_base = int(val_seed_base)
         self.task_types = check_task_types(task_types)
-        self.source, self.data_root = resolve_source(data_source, data_path)
+        if val_games and not games:
+            raise ValueError("val_games needs games (the training games) as well")
+        self.source, self.data_root = ("files", None) if games else resolve_source(data_source, data_path)
+        self.files: dict[str, tuple[Path, ...]] = {}
+        if games:
+            self.files = {"train": find_games(games, self.task_types)}
+            self.files["val"] = find_games(val_games, self.task_types) if val_games else self.files["train"]
         if self.source == "official":
             check_official_root(self.data_root)
         self.num_games = self._num_games(num_games)
@@ -196,6 +210,9 @@ class AlfWorldEnv:
     def game_for_seed(self, seed: int) -> str:
         """Path of the ``game.tw-pddl`` that ``reset(seed)`` plays (generated on first use)."""
         split, index = self.split_and_index(seed)
+        if self.source == "files":
+            games = self.files["val" if int(seed) >= self.val_seed_base else "train"]
+            return str(games[index % len(games)])
         if self.source == "official":
             games = self.official_games(split)
             return str(games[index % len(games)])

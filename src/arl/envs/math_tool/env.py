@@ -149,10 +149,13 @@ class MathToolEnv:
     Args:
         max_turns: turns per episode (tool calls and no-ops count; default 5).
         templates: generated-problem templates to draw from (default: all, see ``problems.py``).
-        data_path: a ``.parquet``/``.jsonl`` file with ``question_key`` and ``answer_key`` columns;
-            when set, ``reset(seed)`` plays record ``seed % n`` of the ``split`` instead of a
-            generated problem.
-        question_key, answer_key: the columns of ``data_path``.
+        data_path: a ``.parquet``/``.jsonl`` file (verl's chat-message format, or a question and an
+            answer column; :mod:`arl.envs.math_tool.data`); when set, ``reset(seed)`` plays record
+            ``seed % n`` of the ``split`` instead of a generated problem. A record's system
+            message, ``data_source`` and ``extra_info`` come in the episode info
+            (``system_prompt``, ``data_source``, ``extra_info``).
+        question_key, answer_key: the question and answer columns of ``data_path``; None finds
+            them from the file's format.
         split: ``auto`` (default: validation seeds, ``>= 2**30``, play ``val``, the others
             ``train``), ``train``, ``val`` or ``all``; for generated problems it selects a separate
             seed space (``val`` seed 3 is another problem than ``train`` seed 3).
@@ -172,8 +175,8 @@ class MathToolEnv:
         max_turns: int = 5,
         templates: Sequence[str] | None = None,
         data_path: str | None = None,
-        question_key: str = "question",
-        answer_key: str = "gt_answer",
+        question_key: str | None = None,
+        answer_key: str | None = None,
         split: str = "auto",
         val_fraction: float = 0.1,
         split_seed: int = 0,
@@ -235,6 +238,7 @@ class MathToolEnv:
         self.ground_truth = ""
         self.task_type = ""
         self.template = ""
+        self.record: MathRecord | None = None
         self.tool_runs: list[ToolRun] = []
         self.turn = 0
         self.done = False
@@ -259,11 +263,13 @@ class MathToolEnv:
             return problem.question, problem.answer, problem.task_type, problem.template, problem
         indices = self.split_records[split]
         record = self.records[indices[seed % len(indices)]]
+        self.record = record
         subject = record.subject or "math"
         return record.question, record.answer, subject, subject, None
 
     # --- TextEnv ------------------------------------------------------------------------------
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
+        self.record = None
         self.question, self.ground_truth, self.task_type, self.template, self.problem = self.task_for_seed(int(seed))
         self.tool_runs = []
         self.turn = 0
@@ -356,6 +362,10 @@ class MathToolEnv:
             "action_kind": kind,
             "template": self.template,
             "answer": self.answer,
+            # a data file's record: its system message (the prompt's system message) and its source
+            "system_prompt": self.record.system if self.record else "",
+            "data_source": self.record.data_source if self.record else "",
+            "extra_info": dict(self.record.extra_info) if self.record else {},
         }
 
 
