@@ -139,14 +139,17 @@ def build_strategy(trainer_cfg: dict[str, Any], model=None):
 
 def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purge_step: int | None = None,
                   extra_callbacks: list | None = None, **overrides) -> L.Trainer:
-    """A Trainer of ``cfg.trainer`` for ``stage``; the RL stage also gets the ``callbacks`` group.
+    """A Trainer of ``cfg.trainer`` for ``stage``.
 
-    The order of the callbacks is: ``callbacks`` minus the weight sync, ``extra_callbacks``, the
-    config's callbacks, then the weight sync (so it loads whatever the others left, e.g. after a
-    rollback); Lightning moves checkpoint callbacks to the end.
+    The RL stage's callbacks are the ``callbacks`` config group, instantiated from their
+    ``_target_`` (thread share, progress lines, checkpoints, collapse detector); the BC stage gets
+    the thread share and the ``callbacks`` given. The order is: ``callbacks`` minus the weight sync,
+    ``extra_callbacks`` (programmatic use, tests), the config's callbacks, then the weight sync (so
+    it loads whatever the others left, e.g. after a rollback); Lightning moves checkpoint callbacks
+    to the end.
     """
     extra = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c and stage == "rl"]
-    head = [ThreadRebalance()] + [c for c in callbacks if not isinstance(c, WeightSync)]
+    head = ([] if stage == "rl" else [ThreadRebalance()]) + [c for c in callbacks if not isinstance(c, WeightSync)]
     tail = [c for c in callbacks if isinstance(c, WeightSync)]
     tcfg = container(cfg.trainer)
     strategy = build_strategy(tcfg, model)

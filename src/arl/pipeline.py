@@ -33,7 +33,7 @@ from arl.builders import (
     load_model,
     sampling_params,
 )
-from arl.callbacks import IterationLog, WeightSync
+from arl.callbacks import WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.config import validate_config
 from arl.models.loading import save_hf
@@ -98,7 +98,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     dm = build_rollout_datamodule(c, loop, module)
     rl, r = c["rl"], c["rollout"]
     trainer = build_trainer(
-        cfg, "rl", [IterationLog(), WeightSync(engine)], model=model,
+        cfg, "rl", [WeightSync(engine)], model=model,
         purge_step=None if resume_it is None else resume_it + 1, extra_callbacks=callbacks,
         max_epochs=1, val_check_interval=int(rl["val_every"]), check_val_every_n_epoch=None,
         num_sanity_val_steps=0, enable_progress_bar=False,
