@@ -218,14 +218,15 @@ def run_table(runs: Iterable[Run]) -> str:
     runs = list(runs)
     types = sorted({t for r in runs for t in r.task_types()})
     head = ["run", "start success", "final success", "best success", *[f"final {t}" for t in types],
-            "steps to collapse", "peak KL", "peak grad norm", "valid-action ratio"]
+            "steps to collapse", "peak KL", "peak grad norm", "valid-action ratio", "optimiser steps", "skipped updates"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in runs:
         cells = [f"`{r.label}`", _fmt(r.first("val/success_rate")), _fmt(r.final("val/success_rate")),
                  _fmt(r.best("val/success_rate")),
                  *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
                  _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
-                 _fmt(r.final("rollout/valid_action_ratio"))]
+                 _fmt(r.final("rollout/valid_action_ratio")),
+                 _fmt(r.final("train/optimizer_steps"), 0), _fmt(r.final("train/updates_skipped"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

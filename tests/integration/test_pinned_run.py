@@ -78,3 +78,11 @@ def test_a_smoke_run_computes_what_it_computed(tmp_path):
     assert len(got["iterations"]) == 2 and got["iterations"][0]["actor/optimizer_steps"] > 0
     diffs = _close(want, got)
     assert not diffs, "\n".join(diffs[:20])
+    # debug=smoke with the default recipe updates, and TensorBoard says how often (cumulative counts)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard" / "rl"), size_guidance={"scalars": 0})
+    acc.Reload()
+    steps = [e.value for e in acc.Scalars("train/optimizer_steps")]
+    assert steps == [sum(r["actor/optimizer_steps"] for r in got["iterations"][: i + 1]) for i in range(2)] and steps[-1] >= 1
+    assert [e.value for e in acc.Scalars("train/updates_skipped")] == [0.0, 0.0]

@@ -122,9 +122,10 @@ def test_two_processes_match_one_on_the_union(strategy, episodes, single_results
         assert result["metrics"]["actor/grad_norm"] == pytest.approx(single["metrics"]["actor/grad_norm"], rel=1e-5)
 
 
-def test_non_finite_loss_is_skipped_and_counted(episodes):
+def test_non_finite_loss_is_skipped_and_counted(episodes, caplog):
     """A NaN reward poisons one group's advantages, hence the loss: the step is skipped, the
-    weights and the optimiser stay bitwise as they were, and actor/skipped_steps counts it."""
+    weights and the optimiser stay bitwise as they were, actor/skipped_steps counts it, and the
+    iteration without an update is counted (train/updates_skipped) and explained in a warning."""
     import copy
 
     import lightning as L
@@ -139,8 +140,11 @@ def test_non_finite_loss_is_skipped_and_counted(episodes):
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
-    trainer.fit(module, datamodule=sh.FixedRollouts(poisoned, pad_id=module.pad_id))
+    with caplog.at_level("WARNING", logger="arl.modules.rl_module"):
+        trainer.fit(module, datamodule=sh.FixedRollouts(poisoned, pad_id=module.pad_id))
     assert module.skipped_steps == 1 and module.last_metrics["actor/skipped_steps"] == 1.0
+    assert module.last_metrics["train/updates_skipped"] == 1.0 and module.last_metrics["train/optimizer_steps"] == 0.0
+    assert any("no update" in r.message and "non-finite" in r.message for r in caplog.records)
     after = module.policy.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert all(p.grad is None for p in module.policy.parameters())

@@ -9,6 +9,7 @@ the token rows and the turn table); a validation batch holds per-episode results
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from contextlib import nullcontext
@@ -33,6 +34,7 @@ from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
+log = logging.getLogger(__name__)
 
 
 class AgenticRLModule(LightningModule):
@@ -105,6 +107,8 @@ class AgenticRLModule(LightningModule):
             )
         self.sharding = dict(sharding) if sharding else None
         self.skipped_steps = 0
+        self.optimizer_steps_total = 0  # train/optimizer_steps: every optimiser step of the run
+        self.updates_skipped = 0  # train/updates_skipped: iterations that made no optimiser step
         self.iteration = 0
         self.val_success = MeanMetric()
         self.val_return = MeanMetric()
@@ -206,6 +210,8 @@ class AgenticRLModule(LightningModule):
             self.skipped_steps += 1
             metrics["actor/skipped_steps"] = float(self.skipped_steps)
             spec["actor/skipped_steps"] = "same"
+            self._count_update(0, metrics, spec, "no training sample on any rank: the filter kept no group, or every "
+                               "episode ended with an environment error (filter/kept_groups, rollout/env_errors)")
             self.last_metrics = self._reduce_metrics(metrics, spec)
             self._log_at_iteration(self.last_metrics)
             return
@@ -254,8 +260,25 @@ class AgenticRLModule(LightningModule):
         )
         spec.update({k: "max" for k in metrics if k.startswith("perf/")})
         spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum"})
+        self._count_update(int(metrics["actor/optimizer_steps"]), metrics, spec,
+                           "every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
+                           "or no response token in any mini-batch")
         self.last_metrics = self._reduce_metrics(metrics, spec)
+        if self.last_metrics.get("adv/frac_zero", 0.0) >= 1.0:
+            log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
+                        "term is zero; only the KL and entropy terms moved the policy", self.iteration)
         self._log_at_iteration(self.last_metrics)
+
+    def _count_update(self, steps: int, metrics: dict[str, float], spec: dict[str, Any], reason: str) -> None:
+        """Add this iteration's optimiser steps (the same on every rank) to the run's totals and log
+        them as ``train/optimizer_steps`` and ``train/updates_skipped``; warn when it made none."""
+        self.optimizer_steps_total += steps
+        if steps == 0:
+            self.updates_skipped += 1
+            log.warning("iteration %d: no update (%s)", self.iteration, reason)
+        metrics["train/optimizer_steps"] = float(self.optimizer_steps_total)
+        metrics["train/updates_skipped"] = float(self.updates_skipped)
+        spec.update({"train/optimizer_steps": "same", "train/updates_skipped": "same"})
 
     def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], spec: dict[str, Any]) -> dict[str, float]:
         """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
@@ -476,6 +499,8 @@ class AgenticRLModule(LightningModule):
         checkpoint["arl"] = {
             "iteration": self.iteration,
             "skipped_steps": self.skipped_steps,
+            "optimizer_steps_total": self.optimizer_steps_total,
+            "updates_skipped": self.updates_skipped,
             "last_val": dict(getattr(self, "last_val", None) or {}),
             "last_val_iteration": getattr(self, "last_val_iteration", None),
         }
@@ -484,6 +509,8 @@ class AgenticRLModule(LightningModule):
         state = checkpoint.get("arl", {})
         self.iteration = state.get("iteration", 0)
         self.skipped_steps = state.get("skipped_steps", 0)
+        self.optimizer_steps_total = state.get("optimizer_steps_total", 0)
+        self.updates_skipped = state.get("updates_skipped", 0)
         if state.get("last_val"):
             self.last_val = dict(state["last_val"])
             self.last_val_iteration = state.get("last_val_iteration")
