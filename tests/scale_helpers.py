@@ -99,6 +99,42 @@ class KillAt(Callback):
 
 
 # --------------------------------------------------------------------------- fixed rollouts
+def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
+    """One AdamW step at ``lr`` on the tiny model sharded by FSDP2 as ``trainer=fsdp2`` shards it
+    (``fully_shard_model`` with ``mixed_precision: bf16``: bf16 compute, fp32 reduce) on a
+    one-process gloo group, the weights loaded in ``dtype``: the share of the parameters with a
+    non-zero gradient that the step changed. Runs in its own process (it owns the process group)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from arl.builders import tiny_model
+    from arl.models.loading import load_policy
+    from arl.utils.fsdp import fully_shard_model
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        model, _ = load_policy(tiny_model())
+        model = model.to(getattr(torch, dtype))
+        fully_shard_model(model, {"layer_cls": ["Qwen3DecoderLayer"], "mixed_precision": "bf16"}, init_device_mesh("cpu", (1,)))
+        before = {n: p.detach().full_tensor().clone() for n, p in model.named_parameters()}
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        ids = torch.randint(0, 500, (4, 32))
+        model(input_ids=ids, labels=ids).loss.backward()
+        grads = {n: p.grad.full_tensor() != 0 for n, p in model.named_parameters()}
+        optimizer.step()
+        changed = total = 0
+        for n, p in model.named_parameters():
+            moved = p.detach().full_tensor() != before[n]
+            changed += int((moved & grads[n]).sum())
+            total += int(grads[n].sum())
+        return changed / total
+    finally:
+        dist.destroy_process_group()
+
+
 def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
     """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
     from arl.agent.loop import Task

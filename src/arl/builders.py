@@ -21,15 +21,22 @@ from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
-from arl.utils.fsdp import strategy_kwargs, strategy_name
+from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 
 
-def load_model(model_cfg: dict[str, Any]):
+def load_model(model_cfg: dict[str, Any], trainer_cfg: dict[str, Any] | None = None):
     """(model, tokenizer, source) of a ``model`` config; the embedded model's tokenizer corpus is
-    played by :func:`arl.agent.corpus.corpus_texts`."""
+    played by :func:`arl.agent.corpus.corpus_texts`.
+
+    Activation checkpointing is applied once: when the sharded trainer of ``trainer_cfg`` wraps
+    every block itself (``trainer.sharding.activation_checkpointing``), the model's own
+    (``model.gradient_checkpointing``) is left off.
+    """
     from arl.agent.corpus import corpus_texts
     from arl.models.loading import load_from_config
 
+    if trainer_cfg and is_sharded(trainer_cfg) and (trainer_cfg.get("sharding") or {}).get("activation_checkpointing"):
+        model_cfg = {**model_cfg, "gradient_checkpointing": False}
     return load_from_config(model_cfg, corpus_texts=corpus_texts)
 
 

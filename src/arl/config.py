@@ -51,6 +51,22 @@ def _validate_device(device: Any) -> None:
         raise ConfigError(f"rollout.device={device!r} but this machine has no GPU (rollout.device=auto uses one when there is)")
 
 
+def _validate_precision(c: dict[str, Any]) -> None:
+    """The trained weights (and the optimiser's state) are fp32; compute goes to bf16 through the
+    trainer (``precision: bf16-mixed``, FSDP2's ``sharding.mixed_precision``)."""
+    model, trainer = c["model"], c["trainer"]
+    dtype = str(model.get("dtype", "float32"))
+    lora = bool((model.get("lora") or {}).get("enabled"))
+    if dtype in ("bfloat16", "float16") and not lora:
+        raise ConfigError(
+            f"model.dtype={dtype} would keep the trained weights and the optimiser's state in {dtype}: at lr 1e-6 one "
+            "AdamW step changes about 2 % of the parameters, rounding swallows the rest. Train with model.dtype=float32 "
+            "and compute in bf16 through the trainer (trainer.precision=bf16-mixed, or trainer.sharding.mixed_precision=bf16 "
+            "with trainer=fsdp2); a LoRA run (model.lora.enabled=true) may keep its frozen base in bf16"
+        )
+
+
+
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for the first invalid value of a training config."""
     from arl.algos import validate_algo_config
@@ -114,6 +130,7 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     bc = c["bc"]
     if not bc["enabled"] and not rl.get("enabled", True):
         raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
+    _validate_precision(c)
     if bc["enabled"]:
         for key in ("episodes", "batch_size"):
             _positive(f"bc.{key}", bc[key])

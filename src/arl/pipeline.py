@@ -71,7 +71,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     L.seed_everything(int(c["seed"]), workers=True)
 
     _quiet_lightning_logging()
-    model, tokenizer, source = load_model(c["model"])
+    model, tokenizer, source = load_model(c["model"], c["trainer"])
     model.train()
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
     sharded = is_sharded(c["trainer"])

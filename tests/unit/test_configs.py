@@ -62,7 +62,10 @@ def test_every_experiment_composes_and_validates(experiment):
     if not experiment.startswith("bc_"):
         assert cfg.algo.name == "sampo"
     # the paper's GPU scale (DESIGN section 4)
-    assert cfg.model.name == "hf" and cfg.model.path == "Qwen/Qwen3-4B" and cfg.model.dtype == "bfloat16"
+    assert cfg.model.name == "hf" and cfg.model.path == "Qwen/Qwen3-4B"
+    # fp32 master weights, bf16 compute and activation checkpointing by FSDP2, once
+    assert cfg.model.dtype == "float32" and cfg.trainer.sharding.mixed_precision == "bf16"
+    assert cfg.trainer.sharding.activation_checkpointing and not cfg.model.gradient_checkpointing
     assert cfg.rollout.engine == "vllm" and cfg.trainer.accelerator == "gpu"
     assert (cfg.rollout.groups_per_step, cfg.rollout.group_size) == (16, 8)
     assert cfg.rl.optimizer.lr == 1e-6 and cfg.rl.iterations == 200
@@ -503,3 +506,28 @@ def test_a_hub_id_and_the_default_machine_pass(tmp_path):
     check_machine(compose(["model=hf", "model.path=Qwen/Qwen3-4B"]))  # fetched later, not checked here
     check_machine(compose([]))
     check_machine(compose(["model=hf", f"model.path={tmp_path}"]))
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["model=hf", "model.path=Qwen/Qwen3-4B", "model.dtype=bfloat16"], r"model.dtype=bfloat16 would keep the trained weights.*model.dtype=float32"),
+    (["experiment=sampo_alfworld", "model.dtype=bfloat16"], r"trainer.sharding.mixed_precision=bf16"),
+])
+def test_master_weights_are_fp32_and_activations_are_checkpointed_once(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        validate_config(compose(overrides))
+
+
+def test_activation_checkpointing_is_applied_once(tiny_path):
+    """Under a sharded trainer that checkpoints every block, the model's own checkpointing is left off."""
+    from arl.builders import container, load_model
+
+    c = container(compose(["model=hf", f"model.path={tiny_path}", "model.gradient_checkpointing=true", "trainer=fsdp2_cpu",
+                           "trainer.sharding.activation_checkpointing=true"]))
+    model, _, _ = load_model(c["model"], c["trainer"])
+    assert not model.is_gradient_checkpointing
+    alone, _, _ = load_model(c["model"])
+    assert alone.is_gradient_checkpointing
+
+
+def test_a_lora_run_may_keep_its_frozen_base_in_bf16():
+    validate_config(compose(["model=hf", "model.path=Qwen/Qwen3-4B", "model.dtype=bfloat16", "model.lora.enabled=true"]))
