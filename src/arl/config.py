@@ -54,7 +54,7 @@ def _validate_device(device: Any) -> None:
 def _validate_precision(c: dict[str, Any]) -> None:
     """The trained weights (and the optimiser's state) are fp32; compute goes to bf16 through the
     trainer (``precision: bf16-mixed``, FSDP2's ``sharding.mixed_precision``)."""
-    model, trainer = c["model"], c["trainer"]
+    model = c["model"]
     dtype = str(model.get("dtype", "float32"))
     lora = bool((model.get("lora") or {}).get("enabled"))
     if dtype in ("bfloat16", "float16") and not lora:
