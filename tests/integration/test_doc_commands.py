@@ -132,6 +132,10 @@ def plan(cmd: str) -> tuple[str, str]:
         return "run", "checks that every named mutant still matches the code (--check)"
     if "src/eval.py" in cmd or "src/report.py" in cmd:
         return "run", "runs on the fixture run (a few validation episodes)"
+    if c.startswith("torchrun "):
+        return "skip", "a launch across nodes (the two-node localhost run is test_multinode.py)"
+    if c.startswith("sbatch "):
+        return "skip", "submits to a SLURM cluster (none here)"
     if "hydra/launcher=slurm" in cmd:
         return "skip", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"
     if "src/train.py" in cmd:
