@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import scale_helpers as sh
 from arl_testing import ROOT
 
