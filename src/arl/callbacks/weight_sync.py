@@ -2,8 +2,10 @@
 
 With the transformers engine on one process or under DDP, the engine holds the trained module
 itself and this costs nothing; engines that keep their own copy (vLLM, or the HF engine's
-unsharded copy under FSDP) reload from the state dict here. Under FSDP the full weights are
-gathered first (a collective: every rank calls it and syncs its own engine).
+unsharded copy under FSDP) reload here. Under FSDP2 the sync streams: each tensor is gathered
+(a collective: every rank takes part and loads its own engine) right before the engine copies it
+(``engine.load_weights``) and is freed right after, so no rank ever holds a second full copy of
+the policy (:func:`arl.utils.fsdp.iter_full_tensors`). FSDP1 gathers the whole state first.
 
 The sync also runs when training starts, so a resumed run (whose weights came from the
 checkpoint) and a rolled-back run never sample with stale engine weights.
@@ -15,14 +17,19 @@ import time
 
 from lightning import Callback
 
-from arl.utils.fsdp import SHARDED_STRATEGIES, GatheredWeights, full_state_dict
+from arl.utils.fsdp import SHARDED_STRATEGIES, GatheredWeights, full_state_dict, is_fsdp2, iter_full_tensors
 
 
 def sync_engine(engine, trainer, pl_module) -> None:
-    """Load ``pl_module.policy``'s current weights into ``engine`` (gathered when sharded)."""
+    """Load ``pl_module.policy``'s current weights into ``engine`` (gathered when sharded:
+    streamed tensor by tensor under FSDP2 when the engine has ``load_weights``)."""
     policy = pl_module.policy
     if trainer is not None and type(trainer.strategy).__name__ in SHARDED_STRATEGIES:
-        engine.sync(GatheredWeights(full_state_dict(policy, root=trainer.strategy.model)))
+        load = getattr(engine, "load_weights", None)
+        if callable(load) and is_fsdp2(policy):
+            load(iter_full_tensors(policy))
+        else:
+            engine.sync(GatheredWeights(full_state_dict(policy, root=trainer.strategy.model)))
     elif getattr(engine, "model", None) is not policy:
         engine.sync(policy)
 

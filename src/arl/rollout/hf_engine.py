@@ -51,6 +51,23 @@ class HFEngine:
         if policy is not self.model:
             self.model.load_state_dict(policy.state_dict())
 
+    @torch.no_grad()
+    def load_weights(self, named_tensors) -> None:
+        """Copy ``(name, tensor)`` pairs into the engine's own model in place, one at a time (a
+        streamed sync: the caller may gather each tensor just before and free it just after).
+        Every entry of the model's state dict must come (tied weights count once)."""
+        target = self.model.state_dict()
+        seen: set[int] = set()
+        for name, tensor in named_tensors:
+            if name not in target:
+                raise KeyError(f"load_weights: the engine's model has no {name!r}")
+            target[name].copy_(tensor)
+            seen.add(target[name].data_ptr())
+            del tensor  # let a streamed, gathered tensor go before the next one is gathered
+        missing = [n for n, t in target.items() if t.data_ptr() not in seen]
+        if missing:
+            raise KeyError(f"load_weights: no value came for {missing[:5]}")
+
     def _stop_token_ids(self, stop: Sequence[str]) -> tuple[list[int], list[str]]:
         """Stop strings that are one token become EOS ids; the rest stay strings."""
         single, multi = [], []

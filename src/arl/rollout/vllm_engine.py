@@ -66,7 +66,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +145,14 @@ def iter_hf_weights(state: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
         if hasattr(tensor, "full_tensor"):
             tensor = tensor.full_tensor()
         yield hf, tensor.detach()
+
+
+def _hf_named(named_tensors) -> Iterator[tuple[str, Any]]:
+    """``(hf_name, tensor)`` of trainer-named pairs (:func:`hf_weight_name`), lazily."""
+    for name, tensor in named_tensors:
+        hf = hf_weight_name(name)
+        if hf is not None:
+            yield hf, tensor.detach()
 
 
 def top_k_disabled_value() -> int:
@@ -397,7 +405,7 @@ class VLLMEngine:
                 "(from_config does so unless the variable is already set)"
             )
 
-    def _load(self, weights: list[tuple[str, Any]]) -> None:
+    def _load(self, weights: Iterable[tuple[str, Any]]) -> None:
         self._check_in_process()
         if self._reload in (None, "reload_weights"):
             try:
@@ -417,13 +425,22 @@ class VLLMEngine:
         """Load ``policy``'s current weights into the vLLM model, then reset the prefix cache."""
         import torch
 
-        if self.asleep:
-            self.llm.wake_up(tags=["weights"])
         with merged_adapters(policy), torch.no_grad():
             weights = list(iter_hf_weights(policy.state_dict()))
             if not weights:
                 raise ValueError(f"{type(policy).__name__} has no weights to sync")
-            self._load(weights)
+            self.load_weights(weights)
+
+    def load_weights(self, named_tensors) -> None:
+        """Load ``(name, tensor)`` pairs (trainer names; an iterator is consumed one pair at a
+        time, so a streamed, per-tensor gathered sync never holds the whole model), then reset
+        the prefix cache."""
+        import torch
+
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        with torch.no_grad():
+            self._load(_hf_named(named_tensors))
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False

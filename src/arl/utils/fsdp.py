@@ -18,7 +18,7 @@ In both, the rollout engine keeps its own unsharded copy of the policy, refreshe
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -184,6 +184,30 @@ def _is_fsdp1(module: nn.Module) -> bool:
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     return isinstance(module, FullyShardedDataParallel) or any(isinstance(m, FullyShardedDataParallel) for m in module.modules())
+
+
+def iter_full_tensors(policy: nn.Module, root: nn.Module | None = None, prefix: str = "policy.") -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` of every entry of ``policy``'s state dict, gathered one at a time.
+
+    Under FSDP2 each sharded tensor is all-gathered (``full_tensor()``, a collective: every rank
+    iterates the same names in the same order) on the device its shard lives on, right when the
+    consumer asks for it, so at most one full tensor beyond the shards exists while the consumer
+    copies it into its own weights (a rollout engine's ``load_weights``) and lets it go. A tensor
+    tied to one already given (the LM head of tied embeddings) is given once, under its first name.
+    FSDP1 has no per-tensor gather here: its whole state is gathered first (:func:`full_state_dict`).
+    """
+    if _has_dtensor(policy):
+        seen: set[int] = set()
+        for name, value in policy.state_dict().items():
+            local = value.to_local() if hasattr(value, "to_local") else value
+            if local.numel() and local.data_ptr() in seen:
+                continue
+            seen.add(local.data_ptr())
+            full = value.full_tensor() if hasattr(value, "full_tensor") else value
+            yield name, full.detach()
+            del full
+    else:
+        yield from full_state_dict(policy, root=root, prefix=prefix).items()
 
 
 class GatheredWeights:
