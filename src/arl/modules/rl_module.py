@@ -256,10 +256,15 @@ class AgenticRLModule(LightningModule):
                 "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
                 "train/samples": float(n_samples),
                 "train/turns": float(n_turns),
+                # tokens of one forward pass over the batch (prompts and responses; padding excluded)
+                "train/tokens": float(batch.tokens["attention_mask"].sum()) if n_samples else 0.0,
             }
         )
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            metrics["perf/peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         spec.update({k: "max" for k in metrics if k.startswith("perf/")})
-        spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum"})
+        spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum",
+                     "train/tokens": "sum"})
         self._count_update(int(metrics["actor/optimizer_steps"]), metrics, spec,
                            "every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
                            "or no response token in any mini-batch")
