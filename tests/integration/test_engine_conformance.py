@@ -62,8 +62,9 @@ def vllm_engine(tiny):
 
     model, tok = tiny
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "rollout" / "vllm.yaml"), resolve=True)
-    # CPU-sized: fp32 as the trainer, no compilation, a small explicit KV cache
-    cfg["vllm"].update(dtype="float32", enforce_eager=True, kv_cache_memory_bytes=256 << 20, max_model_len=512)
+    # the config as it is: on a CPU its open settings become fp32 (the trainer's), eager, and a KV
+    # cache sized from max_batch_size x max_model_len (llm_kwargs)
+    cfg["vllm"].update(max_model_len=512)
     engine = VLLMEngine.from_config(cfg, model, tok)
     yield engine
     engine.close()

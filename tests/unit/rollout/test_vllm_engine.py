@@ -123,6 +123,23 @@ def test_llm_kwargs_defaults_derivation_and_passthrough():
     assert capped["max_model_len"] == 2048
     explicit = llm_kwargs({"max_model_len": 300}, {"max_prompt_tokens": 4000, "max_new_tokens": 512})
     assert explicit["max_model_len"] == 300
+    assert kw["enforce_eager"] is False  # a GPU: CUDA graphs
+
+
+def test_llm_kwargs_on_a_cpu_are_exact_eager_and_sized_from_the_batch():
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(num_hidden_layers=4, num_key_value_heads=2, num_attention_heads=4, head_dim=32, hidden_size=128)
+    rollout = {"max_prompt_tokens": 448, "max_new_tokens": 64, "max_batch_size": 64}
+    kw = llm_kwargs({}, rollout, on_cpu=True, model_config=cfg)
+    assert kw["dtype"] == "float32" and kw["enforce_eager"] is True
+    # 2 x 4 layers x 2 heads x 32 x 4 bytes = 2 KiB a token; x 512 tokens x 64 sequences x 1.25 = 80 MiB
+    assert kw["kv_cache_memory_bytes"] == int(2048 * 512 * 64 * 1.25)
+    small = llm_kwargs({}, {**rollout, "max_batch_size": 2}, on_cpu=True, model_config=cfg)
+    assert small["kv_cache_memory_bytes"] == 64 << 20  # the floor
+    chosen = llm_kwargs({"dtype": "bfloat16", "enforce_eager": False, "kv_cache_memory_bytes": 1 << 30}, rollout,
+                        on_cpu=True, model_config=cfg)
+    assert (chosen["dtype"], chosen["enforce_eager"], chosen["kv_cache_memory_bytes"]) == ("bfloat16", False, 1 << 30)
     assert "max_model_len" not in llm_kwargs(None, None)
 
 
