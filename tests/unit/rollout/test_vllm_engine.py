@@ -230,3 +230,19 @@ def test_vllm_logprobs_mode_is_known():
     from vllm.config.model import LogprobsMode
 
     assert llm_kwargs({})["logprobs_mode"] in typing.get_args(LogprobsMode)
+
+
+@pytest.mark.vllm
+def test_the_vllm_venv_runs_every_env():
+    """`make install-vllm` installs the env extras too: rollout=vllm env=alfworld (or webshop) runs there."""
+    pytest.importorskip("vllm")
+    from arl.envs.registry import make_env
+
+    for name, kwargs in (("alfworld", {"data_source": "generated", "num_games": {"train": 1}}), ("webshop", {}),
+                         ("sokoban", {}), ("math_tool", {})):
+        env = make_env(name, **kwargs)
+        try:
+            observation, info = env.reset(0)
+            assert observation and info["task"], name
+        finally:
+            env.close()
