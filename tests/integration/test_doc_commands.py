@@ -126,6 +126,8 @@ def plan(cmd: str) -> tuple[str, str]:
         return "make", f"the train.py commands of make {target}'s recipe, dry-run"
     if "$s" in cmd or "$PWD" in cmd or "$OUT" in cmd:
         return "skip", "shows what scripts/sokoban_study.sh runs (run shortened by the study test)"
+    if cmd.startswith("bash bench/gpu_check.sh"):
+        return "skip", "the GPU check (its --cpu-dry-run is run by test_gpu_check.py)"
     if cmd.startswith("bash scripts/sokoban_study.sh"):
         return "skip", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"
     if "scripts/mutation.py" in cmd:
