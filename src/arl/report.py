@@ -14,8 +14,8 @@ has no RL curves; its row reads ``bc_results.json``: start success is the untrai
 success the cloned policy's, and the valid-action ratio that of its greedy validation. It is left
 out of the plots, whose x axis is the RL iteration.
 
-Runs that differ only in ``seed`` are also summarised together (mean and standard deviation over
-seeds). The plots are the curves the paper shows, one line per run: validation success, KL,
+Runs that differ only in ``seed`` are also summarised together (mean and 95 % confidence interval
+over seeds, t distribution; bands of the same in the curves). The plots are the curves the paper shows, one line per run: validation success, KL,
 gradient norm, the four clip fractions (``is/tokens_{above,below}_{pos,neg}``), the valid-format
 ratio and the masked sequences.
 """
@@ -53,6 +53,8 @@ class Run:
     scalars: dict[str, Series] = field(default_factory=dict)
     common: dict[str, str] = field(default_factory=dict)  # overrides shared by every run of the multirun
     bc_only: bool = False  # a behaviour-cloning run (bc_results.json, no RL curves)
+    val_episodes: int | None = None  # rollout.val_episodes of the run's config
+    best_checkpoint: str | None = None  # checkpoints/best-iter<k>.ckpt (the iteration of the best validation)
 
     @property
     def label(self) -> str:
@@ -183,7 +185,9 @@ def find_runs(multirun: Path) -> list[Run]:
                 overrides = parsed
         bc_only = (sub / "bc_results.json").exists() and not (sub / "tensorboard" / "rl").exists()
         scalars = bc_scalars(sub / "bc_results.json") if bc_only else read_scalars(sub)
-        runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only))
+        best = sorted((sub / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+        runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only, val_episodes=_val_episodes(sub),
+                        best_checkpoint=best[-1].name if best else None))
     if not runs:
         raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
     common = common_overrides(runs)
@@ -191,6 +195,17 @@ def find_runs(multirun: Path) -> list[Run]:
         r.overrides = {k: v for k, v in r.overrides.items() if k not in common}
         r.common = common
     return runs
+
+
+def _val_episodes(run_dir: Path) -> int | None:
+    """``rollout.val_episodes`` of the run's saved config (None when there is none)."""
+    config = run_dir / ".hydra" / "config.yaml"
+    if not config.exists():
+        return None
+    import yaml
+
+    value = ((yaml.safe_load(config.read_text()) or {}).get("rollout") or {}).get("val_episodes")
+    return int(value) if isinstance(value, (int, float)) else None
 
 
 def common_overrides(runs: list[Run]) -> dict[str, str]:
@@ -231,17 +246,38 @@ def run_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
-def _mean_std(values: list[float], signed: bool = False) -> str:
+# two-sided 95 % quantiles of Student's t by degrees of freedom (1.96 beyond the table)
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+         25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the next smaller tabled df)."""
+    return _T975[max(k for k in _T975 if k <= df)] if df < 120 else 1.96
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """(mean, half-width of its 95 % confidence interval over the values: t x std / sqrt(n));
+    half-width 0 for a single value."""
+    m = statistics.mean(values)
+    if len(values) < 2:
+        return m, 0.0
+    return m, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _mean_ci(values: list[float], signed: bool = False) -> str:
     if not values:
         return "-"
     fmt = "+.3f" if signed else ".3f"
     if len(values) == 1:
         return f"{values[0]:{fmt}}"
-    return f"{statistics.mean(values):{fmt}} ± {statistics.stdev(values):.3f}"
+    m, half = mean_ci(values)
+    return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
 
 
 def group_table(runs: Iterable[Run]) -> str:
-    """Mean ± standard deviation over the seeds of each setting."""
+    """Mean and 95 % confidence interval (t over the seeds) of each setting."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         groups[r.group].append(r)
@@ -252,12 +288,12 @@ def group_table(runs: Iterable[Run]) -> str:
         def vals(fn):
             return [v for v in (fn(r) for r in members) if v is not None]
 
-        cells = [f"`{name}`", str(len(members)), _mean_std(vals(lambda r: r.final("val/success_rate"))),
-                 _mean_std(vals(lambda r: r.gain("val/success_rate")), signed=True),
-                 _mean_std(vals(lambda r: r.best("val/success_rate"))),
+        cells = [f"`{name}`", str(len(members)), _mean_ci(vals(lambda r: r.final("val/success_rate"))),
+                 _mean_ci(vals(lambda r: r.gain("val/success_rate")), signed=True),
+                 _mean_ci(vals(lambda r: r.best("val/success_rate"))),
                  f"{sum(r.steps_to_collapse() is not None for r in members)}/{len(members)}",
-                 _mean_std(vals(lambda r: r.peak(kl_tag(r)))),
-                 _mean_std(vals(lambda r: r.final("rollout/valid_action_ratio")))]
+                 _mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
+                 _mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -283,43 +319,71 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if not r.bc_only]  # their steps are not RL iterations
     styles = line_styles(runs)
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        groups[r.group].append(r)
     written = []
     for stem, (title, tags) in PLOTS.items():
         if stem == "kl":
             present = [t for t in ("actor/kl_loss", "actor/ppo_kl") if any(t in r.scalars for r in runs)]
             tags = present[:1]
-        tags = [t for t in tags if any(t in r.scalars for r in runs)]
+        # a panel only for what some run measured, and not for a feature that was off (all zeros)
+        tags = [t for t in tags if any(v for r in runs for _, v in r.scalars.get(t, []) if not math.isnan(v))]
         if not tags:
             continue
         ncols = min(2, len(tags))
         nrows = -(-len(tags) // ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 3.6 * nrows + 0.6), squeeze=False)
         for ax, tag in zip(axes.flat, tags):
-            for r in runs:
-                series = r.scalars.get(tag)
-                if series:
-                    steps, values = zip(*series)
-                    colour, style = styles[r.label]
-                    ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3, lw=1.4, label=r.label,
-                            color=colour, linestyle=style)
-            ax.set_title(tag if len(tags) > 1 else title, fontsize=10)
+            for name, members in groups.items():
+                banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name)
+                for r in members:
+                    series = r.scalars.get(tag)
+                    if series:
+                        steps, values = zip(*series)
+                        colour, style = styles[r.label]
+                        ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3,
+                                lw=0.8 if banded else 1.4, alpha=0.45 if banded else 1.0,
+                                label=None if banded else r.label, color=colour, linestyle=style)
+            ax.set_title(tag if len(PLOTS[stem][1]) > 1 else title, fontsize=10)
             ax.set_xlabel("iteration")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
         handles, labels = axes.flat[0].get_legend_handles_labels()
-        if handles:
-            fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+        legend = None
+        if handles:  # below the panels; the saved figure grows to hold it (bbox_inches="tight")
+            legend = fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                                ncol=min(2, len(labels)), fontsize=8, frameon=False)
         fig.suptitle(title)
-        legend_rows = (len(labels) - 1) // 3 + 1 if labels else 0
-        fig.tight_layout(rect=(0, min(0.45, 0.05 * legend_rows / nrows + 0.02), 1, 1))
+        fig.tight_layout()
         path = out_dir / f"{stem}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight", bbox_extra_artists=[legend] if legend else None)
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _band(ax, members: list[Run], tag: str, colour, name: str) -> bool:
+    """The seeds' mean of ``tag`` at the iterations every seed logged, with its 95 % confidence
+    band (t over the seeds); False when the seeds share fewer than one iteration."""
+    per_seed = [dict(r.scalars.get(tag, [])) for r in members]
+    steps = sorted(set.intersection(*(set(s) for s in per_seed))) if per_seed else []
+    if not steps:
+        return False
+    steps = [step for step in steps if all(math.isfinite(s[step]) for s in per_seed)]
+    if not steps:
+        return False
+    stats = [mean_ci([s[step] for s in per_seed]) for step in steps]
+    means = [m for m, _ in stats]
+    floor = 0.0 if all(v >= 0 for s in per_seed for v in s.values() if math.isfinite(v)) else -math.inf
+    ax.fill_between(steps, [max(m - h, floor) for m, h in stats], [m + h for m, h in stats], color=colour, alpha=0.18, lw=0)
+    ax.plot(steps, means, color=colour, lw=2.0, label=f"{name} (mean of {len(members)}, 95 % CI)")
+    return True
 
 
 def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
@@ -359,6 +423,15 @@ def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
     return path
 
 
+def validation_line(runs: list[Run]) -> str:
+    """How many episodes each validation played, and each run's best checkpoint (by iteration)."""
+    sizes = sorted({r.val_episodes for r in runs if r.val_episodes})
+    size = (f"{sizes[0]} episodes per validation" if len(sizes) == 1 else
+            f"{', '.join(map(str, sizes))} episodes per validation (the runs differ)" if sizes else "validation size unknown")
+    best = [f"`{r.label}`: `{r.best_checkpoint}`" for r in runs if r.best_checkpoint]
+    return f"Validation: {size}." + (f" Best checkpoints (by validation success): {'; '.join(best)}." if best else "")
+
+
 def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``)."""
     multirun = Path(multirun)
@@ -372,15 +445,16 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
         plots.insert(0, bars)
     parts = [
         f"# Report: {multirun.name}",
-        f"{len(runs)} runs from `{multirun}`. Success is the greedy validation success rate "
-        "(`val/success_rate`); start success is its first validation (before RL), the gain is final minus "
+        f"{len(runs)} runs from `{multirun}`. Success is the validation success rate "
+        "(`val/success_rate`: sampled as the paper's scripts, greedy where a run set `rollout.val_temperature=0`); start success is its first validation (before RL), the gain is final minus "
         "start; steps to collapse is the first iteration the collapse detector fired.",
         *([f"{n_bc} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
            "policy; they are not in the curves."] if n_bc else []),
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
+        validation_line(runs),
         "## Runs",
         run_table(runs),
-        "## Settings (mean ± std over seeds)",
+        "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
         "## Curves",
         *[f"![{p.stem}]({p.name})" for p in plots],

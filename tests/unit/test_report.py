@@ -63,11 +63,21 @@ def test_run_table_values(multirun):
     assert table[3] == "| `seed=2` | 0.300 | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - | - | - |"
     assert r1.gain() == pytest.approx(0.2) and r2.gain() == pytest.approx(0.3)
     group = group_table(runs).splitlines()
-    # mean and sample std of the final successes 0.4 and 0.6
-    std = math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1)
-    gain_std = math.sqrt(((0.2 - 0.25) ** 2 + (0.3 - 0.25) ** 2) / 1)
-    assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 ± {std:.3f} | +0.250 ± {gain_std:.3f} | 0.550 ± ")
+    # mean and 95 % t interval of the final successes 0.4 and 0.6: 0.5 +- 12.706 x std / sqrt(2)
+    half = 12.706 * math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1) / math.sqrt(2)
+    gain_half = 12.706 * math.sqrt(((0.2 - 0.25) ** 2 + (0.3 - 0.25) ** 2) / 1) / math.sqrt(2)
+    assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] | "
+                               f"+0.250 [{0.25 - gain_half:+.3f}, {0.25 + gain_half:+.3f}] | 0.550 [")
     assert "| 1/2 |" in group[2]
+
+
+def test_confidence_intervals_by_hand():
+    from arl.report import mean_ci, t975
+
+    assert t975(1) == 12.706 and t975(9) == 2.262 and t975(22) == 2.086 and t975(500) == 1.96
+    m, half = mean_ci([1.0, 2.0, 3.0, 4.0])  # std 1.291, t(3) 3.182: 3.182 x 1.291 / 2
+    assert m == 2.5 and half == pytest.approx(3.182 * math.sqrt(5 / 3) / 2)
+    assert mean_ci([0.7]) == (0.7, 0.0)
 
 
 def test_labels_keep_what_differs_between_runs(tmp_path):
@@ -116,6 +126,20 @@ def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
     for stem in ("success_by_setting", "success", "kl", "grad_norm", "clip_fractions", "valid_format"):
         assert (out / f"{stem}.png").stat().st_size > 5000
     assert not (out / "masked_seqs.png").exists()  # no run logged it
+
+
+def test_the_report_says_the_validation_size_and_the_best_checkpoint_and_skips_off_features(multirun, tmp_path):
+    for run, episodes in (("experiment=grpo_sokoban,seed=1", 128), ("experiment=grpo_sokoban,seed=2", 128)):
+        (multirun / run / ".hydra").mkdir()
+        (multirun / run / ".hydra" / "config.yaml").write_text(f"rollout:\n  val_episodes: {episodes}\n")
+    (multirun / "experiment=grpo_sokoban,seed=1" / "checkpoints").mkdir()
+    (multirun / "experiment=grpo_sokoban,seed=1" / "checkpoints" / "best-iter5.ckpt").write_bytes(b"x")
+    _write_run(multirun / "experiment=grpo_sokoban,seed=1", {"actor/masked_seqs": [(1, 0.0), (2, 0.0)]})  # masking off
+    text = write_report(multirun, tmp_path / "out").read_text()
+    assert "Validation: 128 episodes per validation." in text
+    assert "`seed=1`: `best-iter5.ckpt`" in text
+    assert "95 % confidence interval" in text
+    assert not (tmp_path / "out" / "masked_seqs.png").exists()  # a feature that was off has no panel
 
 
 def test_cli_errors_are_clear(tmp_path, capsys):

@@ -491,6 +491,8 @@ class AgenticRLModule(LightningModule):
         }
         # for checkpoint monitors; the values are global already (sync_dist averages equal values)
         self.log_dict(values, on_step=False, on_epoch=True, logger=False, sync_dist=True)
+        # the RL iteration, for checkpoint names (callbacks.model_checkpoint: best-iter<k>.ckpt)
+        self.log("iteration", float(self.iteration), on_step=False, on_epoch=True, logger=False)
         self.last_val = {k: float(v) for k, v in values.items()}
         self.last_val_iteration = self.iteration
         protocol = getattr(self, "val_protocol", "")  # the same values under a name that says how they were sampled
