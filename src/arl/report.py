@@ -276,6 +276,40 @@ def _mean_ci(values: list[float], signed: bool = False) -> str:
     return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
 
 
+def fisher_exact(a: int, b: int, c: int, d: int) -> float:
+    """Two-sided p-value of Fisher's exact test on the 2 x 2 table [[a, b], [c, d]] (rows: two
+    settings; columns: runs that collapsed, runs that did not): the sum of the hypergeometric
+    probabilities of every table with the same margins that is no more likely than this one."""
+    row1, col1, n = a + b, a + c, a + b + c + d
+
+    def prob(x: int) -> float:
+        return math.comb(col1, x) * math.comb(n - col1, row1 - x) / math.comb(n, row1)
+
+    observed = prob(a)
+    lo, hi = max(0, row1 + col1 - n), min(row1, col1)
+    return min(1.0, sum(p for p in (prob(x) for x in range(lo, hi + 1)) if p <= observed * (1 + 1e-9)))
+
+
+def collapse_tests(runs: Iterable[Run]) -> str:
+    """Collapse counts of every pair of settings where some run collapsed, with Fisher's exact
+    test (two-sided); an empty string when no run collapsed or there is one setting."""
+    groups: dict[str, list[Run]] = defaultdict(list)
+    for r in runs:
+        if not r.bc_only:
+            groups[r.group].append(r)
+    counts = {g: (sum(r.steps_to_collapse() is not None for r in m), len(m)) for g, m in groups.items()}
+    names = list(counts)
+    lines = ["| setting A | collapsed | setting B | collapsed | Fisher p |", "|---|---:|---|---:|---:|"]
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            (cx, nx), (cy, ny) = counts[x], counts[y]
+            if cx + cy == 0:
+                continue
+            p = fisher_exact(cx, nx - cx, cy, ny - cy)
+            lines.append(f"| `{x}` | {cx}/{nx} | `{y}` | {cy}/{ny} | {p:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def group_table(runs: Iterable[Run]) -> str:
     """Mean and 95 % confidence interval (t over the seeds) of each setting."""
     groups: dict[str, list[Run]] = defaultdict(list)
@@ -456,6 +490,8 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
         run_table(runs),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
+        *(["## Collapses (Fisher's exact test, two-sided; pairs where some run collapsed)", tests]
+          if (tests := collapse_tests(runs)) else []),
         "## Curves",
         *[f"![{p.stem}]({p.name})" for p in plots],
     ]

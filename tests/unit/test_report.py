@@ -153,3 +153,29 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert "no such folder" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
+
+
+def test_fisher_exact_by_hand():
+    from arl.report import fisher_exact
+
+    # 4/4 collapsed against 0/4: only the table itself and its mirror are as extreme,
+    # each with probability 1 / C(8, 4) = 1/70
+    assert fisher_exact(4, 0, 0, 4) == pytest.approx(2 / 70)
+    # 3/4 against 1/4: tables with x = 0, 1, 3, 4 are no more likely than x = 3 (p 16/70):
+    # (1 + 16 + 16 + 1) / 70
+    assert fisher_exact(3, 1, 1, 3) == pytest.approx(34 / 70)
+    assert fisher_exact(2, 2, 2, 2) == pytest.approx(1.0)
+    assert fisher_exact(0, 5, 0, 5) == 1.0
+
+
+def test_the_report_tests_collapse_counts_between_settings(tmp_path):
+    from arl.report import collapse_tests
+
+    root = tmp_path / "m"
+    for method, collapsed in (("cispo", 4), ("cispo_seqmask", 0)):
+        for seed in range(1, 5):
+            events = [(1, 0.0), (3, 1.0)] if seed <= collapsed else [(1, 0.0)]
+            _write_run(root / f"algo={method},seed={seed}", {"val/success_rate": [(0, 0.1)], "collapse/events": events})
+    table = collapse_tests(find_runs(root)).splitlines()
+    assert table[2] == f"| `algo=cispo` | 4/4 | `algo=cispo_seqmask` | 0/4 | {2 / 70:.3f} |"
+    assert "Fisher" in write_report(root, tmp_path / "out").read_text()
