@@ -210,7 +210,6 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     missing and, for a GPU, the CPU alternative.
     """
     import importlib.util
-    import os
     from pathlib import Path
 
     c = _as_dict(cfg)
@@ -243,8 +242,8 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
             raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
         if key in ("games", "val_games") and value:  # ALFWorld's own games: files, folders or globs
-            import glob
+            from arl.envs.alfworld.data import spec_matches
 
             for item in [value] if isinstance(value, str) else list(value):
-                if not glob.glob(os.path.expanduser(str(item)), recursive=True):
+                if not spec_matches(item):
                     raise ConfigError(f"env.kwargs.{key}: {item!r} does not exist (no file, folder or glob match)")

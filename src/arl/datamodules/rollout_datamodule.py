@@ -9,9 +9,10 @@ module receives tensors only.
 
 The filter is the one call from this room into the algorithm: the DataModule is given the
 module's configured filter (``group_filter``, a function of returns, group ids and the valid-action
-ratio) and applies it between rollout rounds, since whether to roll out more is a data decision. Task seeds are derived from (seed, iteration, round)
-so a run is reproducible and a resumed run continues the same seed stream. Validation episodes use
-held-out seeds (a range no training seed falls in), group size 1 and the ``val_*`` sampling keys
+ratio) and applies it between rollout rounds, since whether to roll out more is a data decision.
+
+Task seeds are derived from (seed, iteration, round) so a run is reproducible and a resumed run
+continues the same seed stream. Validation episodes use held-out seeds (a range no training seed falls in), group size 1 and the ``val_*`` sampling keys
 (the paper's T 0.6, top-p 0.95, top-k 20; greedy with ``val_temperature=0``), from a generator of
 their own so validation never moves the training stream.
 

@@ -132,27 +132,20 @@ def hf_weight_name(name: str) -> str | None:
     return ".".join(out) or None
 
 
-def iter_hf_weights(state: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
-    """``(hf_name, tensor)`` for every entry of a state dict that vLLM should load.
+def iter_hf_weights(state: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """``(hf_name, tensor)`` for every entry of a state dict (or ``(name, tensor)`` pairs, lazily)
+    that vLLM should load.
 
     Sharded tensors (FSDP2 ``DTensor``) are gathered with ``full_tensor()``; skipped names
     (see :func:`hf_weight_name`) are left out.
     """
-    for name, tensor in state.items():
+    for name, tensor in (state.items() if isinstance(state, Mapping) else state):
         hf = hf_weight_name(name)
         if hf is None:
             continue
         if hasattr(tensor, "full_tensor"):
             tensor = tensor.full_tensor()
         yield hf, tensor.detach()
-
-
-def _hf_named(named_tensors) -> Iterator[tuple[str, Any]]:
-    """``(hf_name, tensor)`` of trainer-named pairs (:func:`hf_weight_name`), lazily."""
-    for name, tensor in named_tensors:
-        hf = hf_weight_name(name)
-        if hf is not None:
-            yield hf, tensor.detach()
 
 
 def top_k_disabled_value() -> int:
@@ -455,13 +448,13 @@ class VLLMEngine:
         import torch
 
         with merged_adapters(policy), torch.no_grad():
-            weights = list(iter_hf_weights(policy.state_dict()))
-            if not weights:
+            state = policy.state_dict()
+            if not any(hf_weight_name(name) for name in state):
                 raise ValueError(f"{type(policy).__name__} has no weights to sync")
-            self.load_weights(weights)
+            self.load_weights(state)
 
     def load_weights(self, named_tensors) -> None:
-        """Load ``(name, tensor)`` pairs (trainer names; an iterator is consumed one pair at a
+        """Load ``(name, tensor)`` pairs or a state dict (trainer names; an iterator is consumed one pair at a
         time, so a streamed, per-tensor gathered sync never holds the whole model), then reset
         the prefix cache."""
         import torch
@@ -469,7 +462,7 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
         with torch.no_grad():
-            self._load(_hf_named(named_tensors))
+            self._load(iter_hf_weights(named_tensors))
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False

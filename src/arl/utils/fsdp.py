@@ -186,28 +186,29 @@ def _is_fsdp1(module: nn.Module) -> bool:
     return isinstance(module, FullyShardedDataParallel) or any(isinstance(m, FullyShardedDataParallel) for m in module.modules())
 
 
-def iter_full_tensors(policy: nn.Module, root: nn.Module | None = None, prefix: str = "policy.") -> Iterator[tuple[str, torch.Tensor]]:
-    """``(name, full tensor)`` of every entry of ``policy``'s state dict, gathered one at a time.
+_CHECKPOINT_SEGMENT = "_checkpoint_wrapped_module."  # activation checkpointing's wrapper; state dicts drop it
+
+
+def iter_full_tensors(policy: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` of every entry of ``policy``'s state dict (FSDP2 or plain), gathered
+    one at a time.
 
     Under FSDP2 each sharded tensor is all-gathered (``full_tensor()``, a collective: every rank
     iterates the same names in the same order) on the device its shard lives on, right when the
     consumer asks for it, so at most one full tensor beyond the shards exists while the consumer
-    copies it into its own weights (a rollout engine's ``load_weights``) and lets it go. A tensor
-    tied to one already given (the LM head of tied embeddings) is given once, under its first name.
-    FSDP1 has no per-tensor gather here: its whole state is gathered first (:func:`full_state_dict`).
+    copies it into its own weights (a rollout engine's ``load_weights``) and lets it go. A
+    parameter tied to another (the LM head of tied embeddings) is given once, under the name
+    ``named_parameters`` keeps; which names those are follows from the module's structure, so every
+    rank skips the same ones. FSDP1 has no per-tensor gather: use :func:`full_state_dict`.
     """
-    if _has_dtensor(policy):
-        seen: set[int] = set()
-        for name, value in policy.state_dict().items():
-            local = value.to_local() if hasattr(value, "to_local") else value
-            if local.numel() and local.data_ptr() in seen:
-                continue
-            seen.add(local.data_ptr())
-            full = value.full_tensor() if hasattr(value, "full_tensor") else value
-            yield name, full.detach()
-            del full
-    else:
-        yield from full_state_dict(policy, root=root, prefix=prefix).items()
+    kept = {n for n, _ in policy.named_parameters()}
+    tied = {n.replace(_CHECKPOINT_SEGMENT, "") for n, _ in policy.named_parameters(remove_duplicate=False) if n not in kept}
+    for name, value in policy.state_dict().items():
+        if name in tied:
+            continue
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value
+        yield name, full.detach()
+        del full
 
 
 class GatheredWeights:

@@ -119,6 +119,14 @@ def discover_games(root: str | Path, split: str, task_types: Sequence[str] | Non
     return games
 
 
+def spec_matches(item: str | Path) -> list[Path]:
+    """The existing paths one game spec names: the path itself (``~`` expanded) or, for a glob
+    pattern (``**`` for any depth), every match; empty when it names nothing."""
+    text = os.path.expanduser(str(item))
+    matches = [Path(m) for m in glob.glob(text, recursive=True)] if glob.has_magic(text) else [Path(text)]
+    return [m for m in matches if m.exists()]
+
+
 def find_games(spec: str | Path | Sequence[str | Path], task_types: Sequence[str] | None = None) -> tuple[Path, ...]:
     """The ``game.tw-pddl`` files ``spec`` names, sorted: a game file, a folder (every game under
     it, at any depth), a glob pattern (``~`` expanded; ``**`` for any depth), or a list of these.
@@ -131,12 +139,8 @@ def find_games(spec: str | Path | Sequence[str | Path], task_types: Sequence[str
     types = check_task_types(task_types)
     found: set[Path] = set()
     for item in specs:
-        text = os.path.expanduser(str(item))
-        if glob.has_magic(text):
-            matches = [Path(m) for m in glob.glob(text, recursive=True)]
-        else:
-            matches = [Path(text)]
-        if not matches or not any(m.exists() for m in matches):
+        matches = spec_matches(item)
+        if not matches:
             raise FileNotFoundError(f"ALFWorld games: {item} names no file or folder")
         for match in matches:
             if match.is_dir():
