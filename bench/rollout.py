@@ -48,9 +48,9 @@ class RecordingEngine:
         self.engine = engine
         self.calls: list[list[list[int]]] = []
 
-    def generate(self, prompts, params):
+    def generate(self, prompts, params, seeds=None):
         self.calls.append([list(p) for p in prompts])
-        return self.engine.generate(prompts, params)
+        return self.engine.generate(prompts, params, seeds=seeds)
 
     def sync(self, policy):
         self.engine.sync(policy)

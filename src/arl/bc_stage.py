@@ -53,6 +53,7 @@ def _fit_bc_round(
     trainer = build_trainer(
         cfg, "bc", [IterationLog()], model=model, max_epochs=epochs, enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
+        use_distributed_sampler=False,  # the DataModule splits every global batch across ranks itself
     )
     trainer.fit(module, datamodule=dm)
     if every and dm.val_samples and dm.steps_per_epoch % every:  # score the final policy too

@@ -19,7 +19,7 @@ from arl.agent.loop import AgentLoop
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
-from arl.rollout.engine import SamplingParams
+from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 
@@ -70,12 +70,21 @@ def sampling_params(rollout: dict[str, Any], validation: bool = False) -> Sampli
 
 
 def build_engine(rollout: dict[str, Any], model, tokenizer):
-    """The rollout engine of ``rollout.engine``."""
+    """The rollout engine of ``rollout.engine``.
+
+    vLLM's comes as a :class:`~arl.rollout.engine.LazyEngine`: it is built when the first trainer
+    sets up (the weight-sync callback starts it), after the process group exists, so that under
+    DDP/FSDP each rank builds its own engine inside it (or at its first use, outside a trainer).
+    """
     if rollout["engine"] == "hf":
         return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"))
-    from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
 
-    return VLLMEngine.from_config(rollout, model, tokenizer)
+    def build(local_rank: int | None):
+        from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
+
+        return VLLMEngine.from_config(rollout, model, tokenizer, local_rank=local_rank)
+
+    return LazyEngine(build)
 
 
 def build_agent_loop(cfg: dict[str, Any], engine, tokenizer) -> AgentLoop:

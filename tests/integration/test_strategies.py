@@ -107,3 +107,43 @@ def test_fp32_master_weights_take_every_step_of_a_small_learning_rate(dtype, lea
     share = float(out.stdout.strip().splitlines()[-1])
     print(f"{dtype} master weights: {share:.4f} of the parameters with a gradient moved")
     assert least <= share <= most
+
+
+BC_OVERRIDES = [
+    "debug=smoke", "rl.enabled=false", "bc.episodes=12", "bc.epochs=2", "bc.batch_size=5", "bc.val_fraction=0.2",
+    "rollout.val_episodes=2", "rollout.max_new_tokens=8", "env.max_turns=2",
+]
+
+
+@pytest.fixture(scope="module")
+def bc_lanes(tmp_path_factory, tiny_path):
+    out = {}
+    for trainer in ("cpu", "ddp", "fsdp2_cpu"):
+        log_dir = tmp_path_factory.mktemp(f"bc-{trainer}")
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "src" / "train.py"), f"trainer={trainer}", *BC_OVERRIDES, "task_name=bc",
+             f"paths.log_dir={log_dir}"],
+            capture_output=True, text=True, timeout=600, env=sh.subprocess_env(),
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        (run_dir,) = (log_dir / "bc" / "runs").iterdir()
+        out[trainer] = run_dir
+    return out
+
+
+@pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
+def test_behaviour_cloning_sharded_over_two_ranks_is_the_one_process_run(bc_lanes, trainer):
+    """Each rank takes its share of every global batch (batch size 5: shares of 2 and 3, and a short
+    last batch) and the loss divides by the global batch's response tokens: the two ranks take the
+    steps one process takes, loss for loss and weight for weight."""
+    from safetensors.torch import load_file
+
+    one, two = _scalars(bc_lanes["cpu"] / "tensorboard" / "bc"), _scalars(bc_lanes[trainer] / "tensorboard" / "bc")
+    a, b = one["bc/loss"], two["bc/loss"]
+    assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 4
+    worst = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))
+    wa = load_file(str(bc_lanes["cpu"] / "bc_policy_hf" / "model.safetensors"))
+    wb = load_file(str(bc_lanes[trainer] / "bc_policy_hf" / "model.safetensors"))
+    diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+    print(f"BC {trainer} vs one process: bc/loss max rel diff {worst:.1e} over {len(a)} steps, max |weight diff| {diff:.1e}")
+    assert worst <= 1e-5 and diff <= 1e-5

@@ -37,7 +37,7 @@ from arl.agent.prompts import (
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.agent.samples import SAMPLE_MODES
 from arl.envs.pool import EnvPool
-from arl.rollout.engine import RolloutEngine, SamplingParams
+from arl.rollout.engine import RolloutEngine, SamplingParams, request_seed
 from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,8 @@ class AgentLoop:
             if not active:
                 break
             tg = time.perf_counter()
-            gens = self.engine.generate(prompts, params)
+            seeds = [request_seed(episodes[slot].seed, slot % group_size, _turn) for slot in active]
+            gens = self.engine.generate(prompts, params, seeds=seeds)
             stats.generate_seconds += time.perf_counter() - tg
             stats.engine_calls += 1
             actions: dict[int, str] = {}

@@ -92,12 +92,15 @@ def logprob_gap(a: Tensor, b: Tensor, mask: Tensor) -> dict[str, Tensor]:
     ``b`` must be the log-probs of the distribution that sampled the tokens (the rollout engine),
     ``a`` the other one (the trainer's ``old_log_prob``).
 
-    Returns (scalar tensors) ``mean_abs_diff`` = mean |a - b| over masked tokens, and ``k3`` =
+    Returns (scalar tensors) ``mean_abs_diff`` = mean |a - b| over masked tokens,
+    ``max_abs_diff`` = the largest |a - b| over masked tokens (0 without any), and ``k3`` =
     mean over masked tokens of exp(a - b) - (a - b) - 1, the k3 estimate of KL(b || a).
     Shapes: a, b, mask (B, T).
     """
     m = mask.to(a.dtype)
+    diff = (a - b).abs()
     return {
-        "mean_abs_diff": masked_mean((a - b).abs(), m),
+        "mean_abs_diff": masked_mean(diff, m),
+        "max_abs_diff": (diff * m).amax() if diff.numel() else diff.new_zeros(()),
         "k3": masked_mean(_k3(a, b), m),
     }

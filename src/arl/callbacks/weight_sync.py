@@ -35,9 +35,18 @@ def sync_engine(engine, trainer, pl_module) -> None:
 
 
 class WeightSync(Callback):
+    """Keeps the rollout engine's weights those of the trained policy (see the module docstring);
+    in ``setup`` it builds an engine that waits for the process group (``LazyEngine.start``):
+    every rank runs that hook at the same point, right after the group is up."""
+
     def __init__(self, engine):
         self.engine = engine
         self.seconds = 0.0
+
+    def setup(self, trainer, pl_module, stage):
+        start = getattr(self.engine, "start", None)
+        if callable(start):
+            start(local_rank=trainer.local_rank)
 
     def on_train_start(self, trainer, pl_module):
         sync_engine(self.engine, trainer, pl_module)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import itertools
+from typing import Iterator, Sequence
 
 import torch
 from lightning import LightningDataModule
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from arl.agent.records import Episode
 from arl.agent.samples import TokenSample, build_samples, collate_tokens
@@ -48,9 +49,29 @@ class SFTDataModule(LightningDataModule):
     def _collate(self, samples):
         return collate_tokens(samples, self.pad_id)
 
+    def _collate_share(self, items):
+        """``(sample, weight, global tokens)`` items -> a batch whose ``loss_tokens`` is the
+        number of response tokens of the whole global batch (the loss divides by it); a weight-0
+        item (a rank with no sample of a short last batch) keeps the graph but scores nothing."""
+        batch = collate_tokens([sample for sample, _, _ in items], self.pad_id)
+        weights = torch.tensor([w for _, w, _ in items], dtype=batch["response_mask"].dtype)
+        batch["response_mask"] = batch["response_mask"] * weights[:, None]
+        batch["loss_tokens"] = torch.tensor(float(items[0][2]))
+        return batch
+
+    def rank_and_world(self) -> tuple[int, int]:
+        trainer = getattr(self, "trainer", None)
+        return (int(trainer.global_rank), int(trainer.world_size)) if trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
+        """Global batches shuffled as one process would (the seed alone decides them), each rank
+        taking its contiguous share of every batch (the trainer must not add a distributed
+        sampler: ``use_distributed_sampler=False``)."""
+        rank, world = self.rank_and_world()
         gen = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.train_samples, batch_size=self.batch_size, shuffle=True, generator=gen, collate_fn=self._collate)
+        tokens = [int(sum(s.response_mask)) for s in self.train_samples]
+        sampler = GlobalBatchShares(RandomSampler(self.train_samples, generator=gen), tokens, self.batch_size, rank, world)
+        return DataLoader(_Shares(self.train_samples), batch_sampler=sampler, generator=gen, collate_fn=self._collate_share)
 
     def val_dataloader(self) -> DataLoader | list:
         if not self.val_samples:
@@ -60,3 +81,52 @@ class SFTDataModule(LightningDataModule):
     @property
     def steps_per_epoch(self) -> int:
         return -(-len(self.train_samples) // self.batch_size)
+
+
+class _Shares(Dataset):
+    """``dataset[(i, weight, tokens)]`` -> ``(samples[i], weight, tokens)`` (see GlobalBatchShares)."""
+
+    def __init__(self, samples: Sequence[TokenSample]):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, key: tuple[int, float, int]):
+        i, weight, tokens = key
+        return self.samples[i], weight, tokens
+
+
+class GlobalBatchShares(Sampler):
+    """This rank's share of each global batch of ``order`` (a sampler over the whole data set).
+
+    The global batches are the consecutive ``batch_size`` chunks of one pass of ``order``; rank
+    ``r`` of ``W`` takes items ``[n r / W, n (r + 1) / W)`` of a batch of ``n``, so the ranks
+    together see exactly the batches one process sees, in the same order. Each index comes as
+    ``(index, weight, tokens)``: weight 1, and the response tokens of the whole global batch
+    (``tokens_per_sample`` summed), which the loss divides by. A rank whose share of a short last
+    batch is empty gets the batch's first item with weight 0 (every rank must run the step).
+    """
+
+    def __init__(self, order: Sampler, tokens_per_sample: Sequence[int], batch_size: int, rank: int = 0, world: int = 1):
+        self.order = order
+        self.tokens = list(tokens_per_sample)
+        self.batch_size = int(batch_size)
+        self.rank, self.world = int(rank), int(world)
+
+    def __len__(self) -> int:
+        return -(-len(self.tokens) // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[tuple[int, float, int]]]:
+        # one pass of `order`, consumed as torch's BatchSampler consumes it under a Trainer that stops
+        # after len() batches, so one process shuffles exactly as before: a short last batch runs
+        # the sampler to its end (a RandomSampler then draws one more, empty, permutation), a full
+        # one does not
+        n = len(self.tokens)
+        indices = list(self.order) if n % self.batch_size else list(itertools.islice(iter(self.order), n))
+        for start in range(0, len(indices), self.batch_size):
+            batch = indices[start : start + self.batch_size]
+            total = sum(self.tokens[i] for i in batch)
+            lo, hi = len(batch) * self.rank // self.world, len(batch) * (self.rank + 1) // self.world
+            share = [(i, 1.0, total) for i in batch[lo:hi]]
+            yield share or [(batch[0], 0.0, total)]

@@ -320,6 +320,8 @@ class AgenticRLModule(LightningModule):
             metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})
         n_tokens = float(mask.sum())
         spec.update({k: (n_tokens if k.startswith("is/rollout_") else float(n_turns)) for k in metrics})
+        if "is/rollout_max_abs_diff" in spec:
+            spec["is/rollout_max_abs_diff"] = "max"
         return metrics
 
     def steps_per_epoch(self, n_samples: int) -> int:

@@ -53,32 +53,44 @@ class BehaviourCloningModule(LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def training_step(self, batch, batch_idx: int):
+        """The token mean over the response tokens of the *global* batch (``loss_tokens``, all
+        ranks together; this rank's own when absent): each rank's sum over its share divided by
+        that count, times the number of ranks, since DDP and FSDP average gradients over ranks.
+        Sharded or not, the step is the one a single process takes on the whole batch."""
         log_probs, _ = forward_log_probs(self.policy, batch)
-        loss, tokens = response_nll(log_probs, batch["response_mask"])
-        self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1))
+        world = self.trainer.world_size if self._trainer is not None else 1
+        loss, tokens = response_nll(log_probs, batch["response_mask"], batch.get("loss_tokens"))
+        self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
+                 sync_dist=world > 1, reduce_fx="sum")
         self.log("bc/lr", self.optimizers().param_groups[0]["lr"], on_step=True)
-        return loss
+        return loss * world
 
     def validation_step(self, batch, batch_idx: int):
         """Held-out loss, and how much of the held-out answers greedy decoding would reproduce."""
         log_probs, hits = forward_greedy_hits(self.policy, batch)
         metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
+        world = self.trainer.world_size if self._trainer is not None else 1
         for name, value in metrics.items():
-            if weights[name]:
-                self.log(name, value, on_epoch=True, batch_size=weights[name])
+            if weights[name]:  # every rank scores the whole held-out set: the mean over ranks is its value
+                self.log(name, value, on_epoch=True, batch_size=weights[name], sync_dist=world > 1)
 
 
-def response_nll(log_probs: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+def response_nll(
+    log_probs: torch.Tensor, response_mask: torch.Tensor, normaliser: torch.Tensor | float | None = None
+) -> tuple[torch.Tensor, int]:
     """Token-mean negative log-likelihood of the response tokens, and their count.
 
     Args:
         log_probs: (B, L) log-prob of each token; response_mask: (B, L), 1 on the tokens scored.
+        normaliser: what the summed NLL is divided by (the global batch's response tokens when a
+            rank holds a share of it); None: this batch's response tokens.
     Returns:
-        the loss (0-dim; 0 without response tokens) and the number of response tokens.
+        the loss (0-dim; 0 without response tokens) and the number of response tokens here.
     """
     mask = response_mask.float()
     tokens = int(mask.sum())
-    return -(log_probs * mask).sum() / max(tokens, 1), tokens
+    denom = max(tokens, 1) if normaliser is None else max(float(normaliser), 1.0)
+    return -(log_probs * mask).sum() / denom, tokens
 
 
 def validation_metrics(

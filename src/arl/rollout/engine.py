@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -45,9 +46,81 @@ class Generation:
 class RolloutEngine(Protocol):
     """Turns prompts (token ids) into responses."""
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """One response per prompt. ``seeds`` (one per prompt, optional): an engine that can seed
+        each request (vLLM) samples prompt ``i`` from ``seeds[i]`` alone, so the result does not
+        depend on which other prompts share the batch, the process or the rank; an engine that
+        samples a batch from one stream (transformers) ignores them."""
         ...
 
     def sync(self, policy) -> None:
         """Load the trainer's current weights (a no-op when the engine shares the model)."""
         ...
+
+
+def request_seed(task_seed: int, member: int, turn: int) -> int:
+    """The sampling seed of one request: turn ``turn`` of group member ``member`` of the task
+    seeded ``task_seed`` (31 bits, from a hash, so neighbouring inputs give unrelated seeds).
+
+    It names the request, not its place in a batch: the same episode draws the same tokens
+    whichever rank, batch or resumed run generates it (with an engine that seeds requests).
+    """
+    digest = hashlib.blake2b(f"{int(task_seed)}:{int(member)}:{int(turn)}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % (2**31 - 1)
+
+
+class LazyEngine:
+    """An engine built at its first use, or when :meth:`start` is called.
+
+    The vLLM engine must be built after the trainer's process group exists (under DDP/FSDP each
+    rank builds its own engine inside that group, see :mod:`arl.rollout.vllm_engine`), and the
+    group exists only once Lightning has launched the ranks. The pipeline therefore hands the
+    agent loop this stand-in; the weight-sync callback calls :meth:`start` from its ``setup`` hook,
+    which every rank runs at the same point, right after the process group is up. Building is a
+    collective there (vLLM makes its own groups), which is why it must not happen at a point
+    where ranks differ (e.g. the first ``generate`` of a rank that had no episode).
+
+    Args:
+        factory: ``factory(local_rank)`` builds the engine; ``local_rank`` is the device index of
+            this process on its node (None: the engine decides).
+    """
+
+    def __init__(self, factory: Callable[[int | None], Any]):
+        self._factory = factory
+        self.engine: Any = None
+        self.model = None  # holds no trainer module (the HF engine's ``model`` would)
+
+    def start(self, local_rank: int | None = None) -> Any:
+        """Build the engine now (no-op when built); returns it."""
+        if self.engine is None:
+            self.engine = self._factory(local_rank)
+        return self.engine
+
+    @property
+    def built(self) -> bool:
+        return self.engine is not None
+
+    def generate(self, prompts, params, seeds=None):  # noqa: D102 - see RolloutEngine
+        return self.start().generate(prompts, params, seeds=seeds)
+
+    def sync(self, policy) -> None:  # noqa: D102 - see RolloutEngine
+        self.start().sync(policy)
+
+    def load_weights(self, named_tensors) -> None:
+        """Stream ``(name, tensor)`` pairs into the engine (built first if need be)."""
+        self.start().load_weights(named_tensors)
+
+    def sleep(self) -> None:
+        if self.engine is not None and callable(getattr(self.engine, "sleep", None)):
+            self.engine.sleep()
+
+    def wake_up(self) -> None:
+        if self.engine is not None and callable(getattr(self.engine, "wake_up", None)):
+            self.engine.wake_up()
+
+    def close(self) -> None:
+        engine, self.engine = self.engine, None
+        if engine is not None and callable(getattr(engine, "close", None)):
+            engine.close()

@@ -77,7 +77,11 @@ class HFEngine:
         return single, multi
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Sample each batch from the process's torch RNG stream (checkpoints keep it, so a resumed
+        run continues it exactly); per-request ``seeds`` are not used by this engine."""
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))

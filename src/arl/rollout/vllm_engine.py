@@ -14,6 +14,11 @@ caller set it) so that :meth:`VLLMEngine.sync` hands the trainer's tensors to th
 serialising them; with the core in a subprocess vLLM cannot pickle the tensors and ``sync`` stops
 with an error that says so. Tensor parallelism (workers in other processes) is untested.
 
+Under a multi-process trainer (DDP, FSDP) every rank builds its own engine inside the trainer's
+process group, with vLLM's ``external_launcher`` executor (:func:`rank_placement`); the pipeline
+builds it once that group exists (:class:`arl.rollout.engine.LazyEngine`). Requests carry their own
+seeds (``generate(..., seeds=...)``), so the ranks together roll out what one process would.
+
 Log-prob semantics (vLLM 0.32)
 ------------------------------
 The protocol's contract is ``log_softmax(logits / T)[token]`` (raw logits when greedy), *before*
@@ -243,6 +248,40 @@ def llm_kwargs(
     return {k: v for k, v in cfg.items() if v is not None}
 
 
+def rank_placement(kwargs: Mapping[str, Any], local_rank: int | None = None) -> dict[str, Any]:
+    """The ``vllm.LLM`` arguments that make this rank's engine its own under a multi-process trainer.
+
+    One engine per rank, in the rank's process, built after the trainer's process group exists:
+    vLLM's ``external_launcher`` executor, which takes the rank from ``RANK``/``LOCAL_RANK`` (set
+    here from the process group and ``local_rank``) and, finding the default group already
+    initialised, leaves it alone and only adds its own groups on top. With tensor parallel size 1
+    each rank is then an *external data-parallel* replica in vLLM's layout (ExternalDP x DP x PP x
+    TP): its own device (``cuda:<local_rank>``), its own scheduler, no collective while
+    generating, so ranks may call ``generate`` different numbers of times. The engine seed is
+    offset by the rank (requests carry their own seeds anyway). Returns ``{}`` on one process.
+
+    Why not one engine per rank in a process of its own: weight sync would then have to ship every
+    tensor across processes (vLLM cannot pickle them into its engine core), and the GPU would
+    hold a second CUDA context per rank.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return {}
+    if int(kwargs.get("tensor_parallel_size", 1) or 1) != 1:
+        raise ValueError(
+            "rollout.vllm.tensor_parallel_size > 1 under a multi-process trainer is not supported: each "
+            "rank rolls out its own episodes with its own engine (tensor_parallel_size: 1)"
+        )
+    rank = dist.get_rank()
+    os.environ["RANK"] = str(rank)
+    if local_rank is not None:
+        os.environ["LOCAL_RANK"] = str(int(local_rank))
+    else:
+        os.environ.setdefault("LOCAL_RANK", "0")
+    return {"distributed_executor_backend": "external_launcher", "seed": int(kwargs.get("seed") or 0) + rank}
+
+
 def _import_vllm():
     try:
         import vllm
@@ -316,23 +355,30 @@ class VLLMEngine:
 
     # ----------------------------------------------------------------------------- construction
     @classmethod
-    def from_config(cls, rollout_cfg: Mapping[str, Any], model, tokenizer) -> VLLMEngine:
+    def from_config(cls, rollout_cfg: Mapping[str, Any], model, tokenizer, local_rank: int | None = None) -> VLLMEngine:
         """Build the engine for ``model`` from the ``rollout`` config (its ``vllm`` block).
 
         Keys of ``rollout.vllm``: ``gpu_memory_utilization``, ``dtype``, ``enforce_eager``,
         ``tensor_parallel_size``, ``enable_sleep_mode``, ``sleep_level``, ``max_model_len``,
         ``seed``, ``kv_cache_memory_bytes``; any other key is passed to ``vllm.LLM`` as is.
+
+        Under a multi-process trainer (the default process group exists with more than one rank)
+        the engine is this rank's own: see :func:`rank_placement`. ``local_rank`` is the rank's
+        device index on its node (the trainer's ``local_rank``).
         """
         vllm = _import_vllm()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: see sync()
         import torch
         from vllm.platforms import current_platform
 
+        from arl.utils.distributed import capture_rng, restore_rng
+
         vcfg = {**VLLM_DEFAULTS, **dict(rollout_cfg.get("vllm") or {})}
         sleep_level = int(vcfg.get("sleep_level", 1))
         model_max = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         kwargs = llm_kwargs(vcfg, rollout_cfg, model_max, on_cpu=current_platform.device_type == "cpu",
                             model_config=getattr(model, "config", None))
+        kwargs.update(rank_placement(kwargs, local_rank))
         if kwargs.get("enable_sleep_mode") and not current_platform.is_sleep_mode_available():
             warnings.warn(
                 f"vLLM has no sleep mode on {current_platform.device_type}; enable_sleep_mode ignored", stacklevel=2
@@ -343,6 +389,7 @@ class VLLMEngine:
         # vLLM's CPU worker binds OpenMP threads and replaces torch.set_num_threads with a no-op for
         # the whole process; the trainer shares this process, so both are restored afterwards.
         set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+        rng = capture_rng()  # vLLM seeds the process's global RNGs with its own seed
         try:
             llm = vllm.LLM(model=str(folder), tokenizer=str(tok_folder or folder), **kwargs)
         except Exception:
@@ -350,6 +397,7 @@ class VLLMEngine:
                 shutil.rmtree(p, ignore_errors=True)
             raise
         finally:
+            restore_rng(rng)
             if current_platform.is_cpu():
                 torch.set_num_threads = set_threads
                 torch.set_num_threads(threads)
@@ -379,8 +427,14 @@ class VLLMEngine:
                 ids.append(tok[0])
         return ids
 
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:
-        """Sample one response per prompt (token ids in, token ids and log-probs out)."""
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Sample one response per prompt (token ids in, token ids and log-probs out).
+
+        With ``seeds`` every request draws from its own generator seeded ``seeds[i]``, so a prompt
+        gets the same tokens whichever batch, process or rank generates it; without them vLLM
+        samples from its engine-wide stream."""
         import vllm
 
         if not prompts:
@@ -395,16 +449,16 @@ class VLLMEngine:
                 params.top_p, params.top_k,
             )
         stop_ids = self._stop_token_ids(params.stop)
-        seed = getattr(params, "seed", None)
-        # one seed per prompt: equal seeds on the G copies of a group's prompt would give G equal samples
-        sps = [
-            vllm.SamplingParams(
-                **sampling_kwargs(params, stop_ids, self._top_k_disabled, None if seed is None else seed + i)
-            )
-            for i in range(len(prompts))
-        ]
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+        # one seed per request (the G members of a group share a prompt, not a seed)
+        sps = (
+            [vllm.SamplingParams(**sampling_kwargs(params, stop_ids, self._top_k_disabled, s)) for s in seeds]
+            if seeds is not None
+            else vllm.SamplingParams(**sampling_kwargs(params, stop_ids, self._top_k_disabled))
+        )
         requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]
-        outputs = self.llm.generate(requests, sps if seed is not None else sps[0], use_tqdm=False)
+        outputs = self.llm.generate(requests, sps, use_tqdm=False)
         return [self._to_generation(out.outputs[0]) for out in outputs]
 
     @staticmethod
@@ -509,6 +563,7 @@ __all__ = [
     "llm_kwargs",
     "merged_adapters",
     "model_folder",
+    "rank_placement",
     "sampling_kwargs",
     "top_k_disabled_value",
 ]

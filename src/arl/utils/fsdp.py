@@ -197,17 +197,24 @@ def iter_full_tensors(policy: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     iterates the same names in the same order) on the device its shard lives on, right when the
     consumer asks for it, so at most one full tensor beyond the shards exists while the consumer
     copies it into its own weights (a rollout engine's ``load_weights``) and lets it go. A
-    parameter tied to another (the LM head of tied embeddings) is given once, under the name
-    ``named_parameters`` keeps; which names those are follows from the module's structure, so every
-    rank skips the same ones. FSDP1 has no per-tensor gather: use :func:`full_state_dict`.
+    parameter tied to others (the LM head of tied embeddings) is gathered once and given under
+    each of its names, one right after the other: a consumer may keep the tied copies apart (vLLM
+    on CPU repacks the LM head on its own and leaves it stale unless its name comes). Which names
+    are tied follows from the module's structure, so every rank gathers the same tensors. FSDP1
+    has no per-tensor gather: use :func:`full_state_dict`.
     """
-    kept = {n for n, _ in policy.named_parameters()}
-    tied = {n.replace(_CHECKPOINT_SEGMENT, "") for n, _ in policy.named_parameters(remove_duplicate=False) if n not in kept}
+    names_of: dict[int, list[str]] = {}
+    for n, p in policy.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(p), []).append(n.replace(_CHECKPOINT_SEGMENT, ""))
+    aliases = {names[0]: names[1:] for names in names_of.values() if len(names) > 1}
+    later = {a for names in aliases.values() for a in names}
     for name, value in policy.state_dict().items():
-        if name in tied:
+        if name in later:
             continue
         full = value.full_tensor() if hasattr(value, "full_tensor") else value
         yield name, full.detach()
+        for alias in aliases.get(name, ()):
+            yield alias, full.detach()
         del full
 
 

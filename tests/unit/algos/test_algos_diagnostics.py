@@ -70,4 +70,11 @@ def test_logprob_gap_hand() -> None:
         torch.tensor([[0.0, -1.0]], dtype=F64), torch.tensor([[-1.0, -1.0]], dtype=F64), torch.ones(1, 2)
     )
     assert out["mean_abs_diff"].item() == pytest.approx(0.5)
+    assert out["max_abs_diff"].item() == pytest.approx(1.0)
     assert out["k3"].item() == pytest.approx((math.e - 2) / 2)
+    # a masked token's gap does not count in the max
+    masked = diagnostics.logprob_gap(
+        torch.tensor([[0.0, -1.0, 5.0]], dtype=F64), torch.tensor([[-0.5, -1.0, 0.0]], dtype=F64),
+        torch.tensor([[1.0, 1.0, 0.0]]),
+    )
+    assert masked["max_abs_diff"].item() == pytest.approx(0.5)
