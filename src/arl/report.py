@@ -7,6 +7,8 @@ scalars and reports:
 - final and best ``val/success_rate`` (and per task type, ``val/success_rate/<type>``);
 - steps to collapse: the first iteration where ``collapse/events`` counts an event, else ``-``;
 - peak KL (``actor/kl_loss``; ``actor/ppo_kl`` when no KL term is logged), peak ``actor/grad_norm``;
+- the clip fraction (``actor/clipfrac`` averaged over iterations: the tokens the policy loss clipped,
+  a clipped sequence's tokens for GSPO, capped tokens for CISPO): whether IS clipping acted at all;
 - the final ``rollout/valid_action_ratio``.
 
 A behaviour-cloning run (``experiment=bc_<env>``)
@@ -82,6 +84,11 @@ class Run:
     def best(self, tag: str) -> float | None:
         s = self.scalars.get(tag)
         return max(v for _, v in s) if s else None
+
+    def mean(self, tag: str) -> float | None:
+        """Mean over the logged steps (finite values), e.g. how often clipping bound over a run."""
+        s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
+        return statistics.mean(s) if s else None
 
     def peak(self, tag: str) -> float | None:
         s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
@@ -233,14 +240,15 @@ def run_table(runs: Iterable[Run]) -> str:
     runs = list(runs)
     types = sorted({t for r in runs for t in r.task_types()})
     head = ["run", "start success", "final success", "best success", *[f"final {t}" for t in types],
-            "steps to collapse", "peak KL", "peak grad norm", "valid-action ratio", "optimiser steps", "skipped updates"]
+            "steps to collapse", "peak KL", "peak grad norm", "clip fraction", "valid-action ratio", "optimiser steps",
+            "skipped updates"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in runs:
         cells = [f"`{r.label}`", _fmt(r.first("val/success_rate")), _fmt(r.final("val/success_rate")),
                  _fmt(r.best("val/success_rate")),
                  *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
                  _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
-                 _fmt(r.final("rollout/valid_action_ratio")),
+                 _fmt(r.mean("actor/clipfrac"), 4), _fmt(r.final("rollout/valid_action_ratio")),
                  _fmt(r.final("train/optimizer_steps"), 0), _fmt(r.final("train/updates_skipped"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -316,7 +324,7 @@ def group_table(runs: Iterable[Run]) -> str:
     for r in runs:
         groups[r.group].append(r)
     head = ["setting", "seeds", "final success", "gain over start", "best success", "collapsed", "peak KL",
-            "valid-action ratio"]
+            "clip fraction", "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for name, members in groups.items():
         def vals(fn):
@@ -327,6 +335,7 @@ def group_table(runs: Iterable[Run]) -> str:
                  _mean_ci(vals(lambda r: r.best("val/success_rate"))),
                  f"{sum(r.steps_to_collapse() is not None for r in members)}/{len(members)}",
                  _mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
+                 _mean_ci(vals(lambda r: r.mean("actor/clipfrac"))),
                  _mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -24,6 +24,7 @@ def multirun(tmp_path):
         "val/success_rate": [(0, 0.2), (5, 0.5), (10, 0.4)],
         "actor/kl_loss": [(1, 0.01), (2, 0.5), (3, 0.02)],
         "actor/grad_norm": [(1, 1.0), (2, 7.5)],
+        "actor/clipfrac": [(1, 0.01), (2, 0.03), (3, float("nan"))],  # mean over iterations, NaN left out
         "rollout/valid_action_ratio": [(1, 0.9), (10, 0.8)],
         "collapse/events": [(1, 0.0), (4, 1.0), (6, 2.0)],
         "train/optimizer_steps": [(1, 2.0), (2, 4.0), (3, 4.0)],  # cumulative: iteration 3 made no step
@@ -58,9 +59,9 @@ def test_run_table_values(multirun):
     assert r2.peak("actor/grad_norm") == pytest.approx(2.0)  # NaN is not a peak
     table = run_table(runs).splitlines()
     assert table[0] == ("| run | start success | final success | best success | final easy | steps to collapse | "
-                        "peak KL | peak grad norm | valid-action ratio | optimiser steps | skipped updates |")
-    assert table[2] == "| `seed=1` | 0.200 | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.800 | 4 | 1 |"
-    assert table[3] == "| `seed=2` | 0.300 | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - | - | - |"
+                        "peak KL | peak grad norm | clip fraction | valid-action ratio | optimiser steps | skipped updates |")
+    assert table[2] == "| `seed=1` | 0.200 | 0.400 | 0.500 | - | 4 | 0.5000 | 7.50 | 0.0200 | 0.800 | 4 | 1 |"
+    assert table[3] == "| `seed=2` | 0.300 | 0.600 | 0.600 | 0.750 | - | 0.0030 | 2.00 | - | - | - | - |"
     assert r1.gain() == pytest.approx(0.2) and r2.gain() == pytest.approx(0.3)
     group = group_table(runs).splitlines()
     # mean and 95 % t interval of the final successes 0.4 and 0.6: 0.5 +- 12.706 x std / sqrt(2)
@@ -111,7 +112,7 @@ def test_a_bc_run_reports_its_bc_results(multirun, tmp_path):
     assert r.first("val/success_rate") == 0.0 and r.final("val/success_rate") == pytest.approx(0.45)
     assert r.gain() == pytest.approx(0.45)
     row = next(line for line in run_table(runs).splitlines() if "bc_sokoban" in line)
-    assert row == "| `experiment=bc_sokoban,seed=1` | 0.000 | 0.450 | 0.450 | 0.500 | - | - | - | 0.970 | - | - |"
+    assert row == "| `experiment=bc_sokoban,seed=1` | 0.000 | 0.450 | 0.450 | 0.500 | - | - | - | - | 0.970 | - | - |"
     assert sum(r.bc_only for r in runs) == 1
     text = write_report(multirun, tmp_path / "out").read_text()
     assert "bc_sokoban" in text
