@@ -1,4 +1,4 @@
-"""Which checkpoint a run resumes from: ``ckpt_path`` as a file, a sharded folder, or ``last``.
+"""Which checkpoint a run resumes from: ``ckpt_path`` as a file, a sharded folder, ``last`` or ``resume``.
 
 Light on purpose (no Lightning, no model code): ``src/train.py``'s dry run resolves
 ``ckpt_path=last`` with it before anything heavy is imported.
@@ -30,12 +30,21 @@ def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
 
 
 def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
-    """``ckpt_path`` as a path: ``last`` finds the newest run of ``task_name``; None if unset."""
+    """``ckpt_path`` as a path; None if unset.
+
+    ``last`` finds the newest run of ``task_name``. ``resume`` is this run folder's own
+    ``checkpoints/last.ckpt`` when it exists and a fresh start when it does not: what makes a
+    multirun with a fixed ``hydra.sweep.dir`` (each job's folder named by its overrides) resumable
+    by running the same command again; jobs that had finished resume at their end and stop.
+    """
     value = c.get("ckpt_path")
     if not value:
         return None
     if str(value) == "last":
         return find_last_checkpoint(c["paths"]["log_dir"], c["task_name"])
+    if str(value) == "resume":
+        own = Path(c["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
+        return own if own.exists() else None
     path = Path(str(value))
     if not path.exists():
         raise ConfigError(f"ckpt_path={value!r} does not exist")

@@ -36,10 +36,11 @@ def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(str(run_dir / "policy_hf" / "model.safetensors"))
 
 
-def _cli(args: list[str], log_dir: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+def _cli(args: list[str], log_dir: Path, timeout: int = 600, flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = sh.subprocess_env()
     return subprocess.run(
-        [sys.executable, str(ROOT / "src" / "train.py"), *OVERRIDES, "task_name=resume", f"paths.log_dir={log_dir}", *args],
+        [sys.executable, str(ROOT / "src" / "train.py"), *flags, *OVERRIDES, "task_name=resume", f"paths.log_dir={log_dir}",
+         *args],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
 
@@ -119,3 +120,23 @@ def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp
     final = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
     assert final["arl"]["iteration"] == 4 and not partial.exists()
     assert (run_dir / "policy_hf" / "model.safetensors").exists()
+
+
+def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
+    """`ckpt_path=resume` in a multirun with a fixed sweep dir: the killed job continues in its own
+    folder when the same command runs again, and ends where the straight run ended."""
+    straight_dir = runs[0]
+    sweep = tmp_path / "sweep"
+    kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"]
+    # the kill switch must not name the job's folder, or the second command would get another one
+    keys = "hydra.job.config.override_dirname.exclude_keys=[paths.log_dir,ckpt_path,hydra.sweep.dir,callbacks.kill._target_,callbacks.kill.iteration]"
+    base = ["ckpt_path=resume", f"hydra.sweep.dir={sweep}", keys]
+    killed = _cli([*base, *kill], tmp_path / "logs", flags=("-m",))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    (job,) = [p for p in sweep.iterdir() if p.is_dir()]
+    assert torch.load(job / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["arl"]["iteration"] == 2
+    again = _cli(base, tmp_path / "logs", flags=("-m",))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [p for p in sweep.iterdir() if p.is_dir()] == [job]
+    a, b = _weights(straight_dir), _weights(job)
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= EXACT

@@ -29,3 +29,14 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
     assert resolve_ckpt_path(c) == paths[0]
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_ckpt_path({**c, "ckpt_path": str(tmp_path / "nope.ckpt")})
+
+
+def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp_path):
+    from arl.resume import resolve_ckpt_path
+
+    c = {"ckpt_path": "resume", "paths": {"output_dir": str(tmp_path / "job"), "log_dir": str(tmp_path)}, "task_name": "t"}
+    assert resolve_ckpt_path(c) is None  # nothing yet: start fresh (no error, unlike `last`)
+    ck = tmp_path / "job" / "checkpoints" / "last.ckpt"
+    ck.parent.mkdir(parents=True)
+    ck.write_bytes(b"x")
+    assert resolve_ckpt_path(c) == ck
