@@ -35,6 +35,8 @@ Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per
 
 PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; several tags = panels)
     "success": ("validation success rate", ["val/success_rate"]),
+    "rollout_success": ("training rollout success rate (every iteration)", ["rollout/success_rate"]),
+    "clip_fraction": ("clip fraction of the policy loss (actor/clipfrac)", ["actor/clipfrac"]),
     "kl": ("KL to the reference (actor/kl_loss)", ["actor/kl_loss"]),
     "grad_norm": ("gradient norm", ["actor/grad_norm"]),
     "clip_fractions": (

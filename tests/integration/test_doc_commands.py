@@ -108,6 +108,8 @@ def _paper_experiment(cmd: str) -> bool:
 SKIPPED = (
     ("bash bench/gpu_check.sh", "the GPU check (its --cpu-dry-run is run by test_gpu_check.py)"),
     ("bash scripts/sokoban_study.sh", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"),
+    ("bash scripts/arena_study.sh", "run shortened by test_arena_study_runs_shortened_and_resumes"),
+    ("STAGE=", "the arena script for one stage (run shortened by test_arena_study_runs_shortened_and_resumes)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
     ("sbatch ", "submits to a SLURM cluster (none here)"),
     ("hydra/launcher=slurm", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"),
@@ -131,6 +133,8 @@ def plan(cmd: str) -> tuple[str, str]:
             return "skip", "benchmarks (minutes; they print tables, no pass/fail)"
         if target == "study":
             return "skip", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"
+        if target == "arena":
+            return "skip", "run shortened by test_arena_study_runs_shortened_and_resumes"
         if target == "mutation":
             return "run", "its script with --check: every named mutant still matches the code"
         return "make", f"the train.py commands of make {target}'s recipe, dry-run"
@@ -202,6 +206,7 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = cmd
     out = out.replace("logs/sampo_sokoban/runs/<time>", str(run)).replace("logs/<task>/runs/<time>", str(run))
     out = out.replace("logs/multiruns/<time>", str(multirun)).replace("logs/study/sokoban_matrix", str(multirun))
+    out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
     out = out.replace("<bc run>", str(run)).replace("<run>", str(run))
     out = out.replace("<same overrides as the run>", "debug=smoke").replace("<same overrides>", "debug=smoke")
     out = out.replace("'<run>/", f"'{run}/")
@@ -327,6 +332,24 @@ def test_make_study_runs_shortened_on_a_fresh_tree(tmp_path):
     assert (out / "sokoban_matrix" / "report" / "report.md").exists()
     report = (out / "sokoban_matrix" / "report" / "report.md").read_text()
     assert "grpo" in report and "sampo" in report
+
+
+def test_arena_study_runs_shortened_and_resumes(tmp_path):
+    """``make arena``'s stage 1 on a fresh tree, shortened: the BC start, two methods x two paired
+    seeds two at a time (joblib), the report; run again, every job resumes at its end and stops."""
+    out = tmp_path / "arena"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "1", "ITERS": "1", "SEEDS": "1,2", "METHODS": "grpo,sampo",
+           "VAL_EVERY": "1", "VAL_EPISODES": "2",
+           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+    for attempt in ("first", "again"):
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=900)
+        assert proc.returncode == 0, attempt + proc.stdout[-2000:] + proc.stderr[-3000:]
+    jobs = sorted(p.name for p in (out / "stage1").iterdir() if p.is_dir() and p.name != "report")
+    assert len(jobs) == 4 and all((out / "stage1" / j / "checkpoints" / "last.ckpt").exists() for j in jobs)
+    assert (out / "stage1.out").read_text().count("resuming from") == 4  # the second command resumed all four
+    report = (out / "stage1" / "report" / "report.md").read_text()
+    assert "algo=grpo" in report and "algo=sampo" in report
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

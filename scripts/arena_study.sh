@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The arena study of docs/results.md ("The arena study"), on Sokoban with the tiny model, two runs
+# at a time on two cores (hydra/launcher=joblib_local, one torch thread each):
+#   bash scripts/arena_study.sh                 # stage 0 then stage 1, then their reports
+#   STAGE=0 bash scripts/arena_study.sh         # calibration only
+# Every multirun uses ckpt_path=resume with a fixed sweep folder: after an interruption, the same
+# command resumes the unfinished runs (finished ones stop at once). All runs start from one
+# behaviour-cloned policy (BC=<folder> to give another): the default job's BC stage, seed 1.
+# Stage 1's regime (LR, MB) is the one stage 0 chose; SEEDS are paired (every method runs every seed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-logs/study}
+STAGE=${STAGE:-all}
+LR=${LR:-3.0e-4}
+MB=${MB:-8}
+SEEDS=${SEEDS:-1,2,3,4}
+ITERS=${ITERS:-40}
+VAL_EVERY=${VAL_EVERY:-10}
+VAL_EPISODES=${VAL_EPISODES:-64}
+METHODS=${METHODS:-grpo,gspo,cispo,sapo,cispo_seqmask,sapo_seqmask,sampo}
+EXTRA=${EXTRA:-}
+mkdir -p "$OUT"
+BC=${BC:-$OUT/bc_start/bc_policy_hf}
+if [ ! -d "$BC" ]; then  # the same BC as `make train` seed 1 makes before its RL stage
+  $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false hydra.run.dir="$OUT/bc_start" $EXTRA \
+    > "$OUT/bc_start.out" 2>&1
+fi
+BC=$(cd "$BC" && pwd)
+COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small "model.init_from=$BC" ckpt_path=resume)
+
+if [ "$STAGE" = 0 ] || [ "$STAGE" = all ]; then
+  # stage 0: where does IS clipping act? token clip (GRPO), sequence clip (GSPO), CISPO's cap
+  $PY src/train.py -m "${COMMON[@]}" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
+    rollout.val_episodes=32 rl.optimizer.lr=3e-4,1e-3 rl.mini_batches=8,16 hydra.sweep.dir="$OUT/stage0" $EXTRA \
+    > "$OUT/stage0.out" 2>&1
+  $PY src/report.py "$OUT/stage0"
+fi
+if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
+  # stage 1: collapse and rescue, paired seeds (seed first: every method finishes seed 1 before seed 2)
+  $PY src/train.py -m "${COMMON[@]}" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS rl.val_every=$VAL_EVERY \
+    rollout.val_episodes=$VAL_EPISODES rl.optimizer.lr=$LR rl.mini_batches=$MB hydra.sweep.dir="$OUT/stage1" $EXTRA \
+    > "$OUT/stage1.out" 2>&1
+  $PY src/report.py "$OUT/stage1"
+fi
