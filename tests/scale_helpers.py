@@ -43,6 +43,29 @@ def subprocess_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT / "src")]), "OMP_NUM_THREADS": "1"}
 
 
+def train_run(overrides: list[str], log_dir: Path, task: str = "lane", timeout: int = 600):
+    """Run ``src/train.py`` with ``overrides`` in a subprocess (:func:`subprocess_env`) under
+    ``log_dir``; assert it succeeded; returns (its run folder, the finished process)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), *overrides, f"task_name={task}", f"paths.log_dir={log_dir}"],
+        capture_output=True, text=True, timeout=timeout, env=subprocess_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (run_dir,) = (Path(log_dir) / task / "runs").iterdir()
+    return run_dir, proc
+
+
+def tb_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of one TensorBoard folder: ``{tag: [(step, value), ...]}``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
 @contextlib.contextmanager
 def one_thread():
     """Run in-process training with one intra-op thread (as :func:`subprocess_env` does): on a

@@ -21,29 +21,10 @@ OVERRIDES = [
 ]
 
 
-def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 @pytest.fixture(scope="module")
 def lanes(tmp_path_factory, tiny_path):
-    out = {}
-    for trainer in ("ddp", "fsdp2_cpu"):
-        log_dir = tmp_path_factory.mktemp(trainer)
-        env = sh.subprocess_env()
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "src" / "train.py"), f"trainer={trainer}", *OVERRIDES, "task_name=lane",
-             f"paths.log_dir={log_dir}"],
-            capture_output=True, text=True, timeout=600, env=env,
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        (run_dir,) = (log_dir / "lane" / "runs").iterdir()
-        out[trainer] = (run_dir, proc)
-    return out
+    return {trainer: sh.train_run([f"trainer={trainer}", *OVERRIDES], tmp_path_factory.mktemp(trainer))
+            for trainer in ("ddp", "fsdp2_cpu")}
 
 
 @pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
@@ -51,7 +32,7 @@ def test_two_process_lane_trains_validates_and_exports(lanes, trainer):
     from transformers import AutoModelForCausalLM
 
     run_dir, proc = lanes[trainer]
-    scalars = _scalars(run_dir / "tensorboard" / "rl")
+    scalars = sh.tb_scalars(run_dir / "tensorboard" / "rl")
     assert [s for s, _ in scalars["actor/pg_loss"]] == [1, 2]
     assert [s for s, _ in scalars["val/success_rate"]] == [0, 2]
     # 2 groups x 2 episodes over both ranks (each rank rolled out one group), 2 turns at most each
@@ -117,18 +98,8 @@ BC_OVERRIDES = [
 
 @pytest.fixture(scope="module")
 def bc_lanes(tmp_path_factory, tiny_path):
-    out = {}
-    for trainer in ("cpu", "ddp", "fsdp2_cpu"):
-        log_dir = tmp_path_factory.mktemp(f"bc-{trainer}")
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "src" / "train.py"), f"trainer={trainer}", *BC_OVERRIDES, "task_name=bc",
-             f"paths.log_dir={log_dir}"],
-            capture_output=True, text=True, timeout=600, env=sh.subprocess_env(),
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        (run_dir,) = (log_dir / "bc" / "runs").iterdir()
-        out[trainer] = run_dir
-    return out
+    return {trainer: sh.train_run([f"trainer={trainer}", *BC_OVERRIDES], tmp_path_factory.mktemp(f"bc-{trainer}"), task="bc")[0]
+            for trainer in ("cpu", "ddp", "fsdp2_cpu")}
 
 
 @pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
@@ -138,7 +109,7 @@ def test_behaviour_cloning_sharded_over_two_ranks_is_the_one_process_run(bc_lane
     steps one process takes, loss for loss and weight for weight."""
     from safetensors.torch import load_file
 
-    one, two = _scalars(bc_lanes["cpu"] / "tensorboard" / "bc"), _scalars(bc_lanes[trainer] / "tensorboard" / "bc")
+    one, two = sh.tb_scalars(bc_lanes["cpu"] / "tensorboard" / "bc"), sh.tb_scalars(bc_lanes[trainer] / "tensorboard" / "bc")
     a, b = one["bc/loss"], two["bc/loss"]
     assert [s for s, _ in a] == [s for s, _ in b] and len(a) >= 4
     worst = max(abs(x - y) / abs(x) for (_, x), (_, y) in zip(a, b))

@@ -7,14 +7,9 @@ process would, and the update is the same."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import scale_helpers as sh
-from arl_testing import ROOT
 
 pytestmark = pytest.mark.vllm
 
@@ -28,28 +23,13 @@ OVERRIDES = [
 ]
 
 
-def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder))
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_path):
     pytest.importorskip("vllm")
     out = {}
     for trainer in ("cpu", "ddp", "fsdp2_cpu"):
-        log_dir = tmp_path_factory.mktemp(trainer)
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "src" / "train.py"), f"trainer={trainer}", *OVERRIDES, "task_name=lane",
-             f"paths.log_dir={log_dir}"],
-            capture_output=True, text=True, timeout=600, env=sh.subprocess_env(),
-        )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        (run_dir,) = (log_dir / "lane" / "runs").iterdir()
-        out[trainer] = _scalars(run_dir / "tensorboard" / "rl")
+        run_dir, _ = sh.train_run([f"trainer={trainer}", *OVERRIDES], tmp_path_factory.mktemp(trainer))
+        out[trainer] = sh.tb_scalars(run_dir / "tensorboard" / "rl")
     return out
 
 
