@@ -98,7 +98,7 @@ def _rank(rank: int, world: int, repeats: int, port: int, results) -> None:
         with torch.no_grad():
             for p in policy.parameters():  # an "update": the engine must see new values
                 p.add_(0.01)
-        for how in ("gathered", "streamed"):
+        for how in ("streamed", "gathered"):  # streamed first: memory the gathered sync frees would hide its peak
             seconds, extras = [], []
             for _ in range(repeats):
                 dist.barrier()

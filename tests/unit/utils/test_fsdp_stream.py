@@ -26,3 +26,39 @@ def test_every_state_dict_name_once_and_tied_tensors_from_one_gather(tiny):
 def test_untied_model_streams_its_state_dict_in_order():
     net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.LayerNorm(3))
     assert [n for n, _ in iter_full_tensors(net)] == list(net.state_dict())
+
+
+def _gather_rank(rank: int, world: int, port: int, out) -> None:
+    import os
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from arl.utils.fsdp import gather_full
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    mesh = init_device_mesh("cpu", (world,))
+    results = []
+    for rows in (6, 5, 1):  # even, uneven, and a rank with an empty shard
+        full = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3)
+        dt = distribute_tensor(full, mesh, [Shard(0)])
+        results.append(bool(torch.equal(gather_full(dt), full)) and torch.equal(gather_full(dt), dt.full_tensor()))
+    out.put((rank, results))
+    dist.destroy_process_group()
+
+
+def test_gather_full_by_broadcasts_equals_full_tensor_for_every_shard_shape():
+    """gloo's path of gather_full (one broadcast per rank into the output's rows) gives what
+    ``full_tensor()`` gives, uneven shards and an empty one included."""
+    import os
+
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    mp.start_processes(_gather_rank, args=(2, 29400 + os.getpid() % 500, out), nprocs=2, join=True,
+                       start_method="spawn")
+    got = dict(out.get() for _ in range(2))
+    assert got == {0: [True, True, True], 1: [True, True, True]}
