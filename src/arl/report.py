@@ -92,6 +92,12 @@ class Run:
         s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
         return statistics.mean(s) if s else None
 
+    def start_was_best(self, tag: str = "val/success_rate") -> bool:
+        """Whether the first validation (the policy RL started from) beat every later one: the best
+        checkpoint is then only the best *after* RL began, not the best policy of the run."""
+        s = self.scalars.get(tag, [])
+        return len(s) > 1 and s[0][1] > max(v for _, v in s[1:])
+
     def peak(self, tag: str) -> float | None:
         s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
         return max(s) if s else None
@@ -473,7 +479,8 @@ def validation_line(runs: list[Run]) -> str:
     sizes = sorted({r.val_episodes for r in runs if r.val_episodes})
     size = (f"{sizes[0]} episodes per validation" if len(sizes) == 1 else
             f"{', '.join(map(str, sizes))} episodes per validation (the runs differ)" if sizes else "validation size unknown")
-    best = [f"`{r.label}`: `{r.best_checkpoint}`" for r in runs if r.best_checkpoint]
+    best = [f"`{r.label}`: `{r.best_checkpoint}`{' (the start scored higher)' if r.start_was_best() else ''}"
+            for r in runs if r.best_checkpoint]
     return f"Validation: {size}." + (f" Best checkpoints (by validation success): {'; '.join(best)}." if best else "")
 
 

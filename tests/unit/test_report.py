@@ -180,3 +180,16 @@ def test_the_report_tests_collapse_counts_between_settings(tmp_path):
     table = collapse_tests(find_runs(root)).splitlines()
     assert table[2] == f"| `algo=cispo` | 4/4 | `algo=cispo_seqmask` | 0/4 | {2 / 70:.3f} |"
     assert "Fisher" in write_report(root, tmp_path / "out").read_text()
+
+
+def test_a_best_checkpoint_worse_than_the_start_is_flagged():
+    from arl.report import Run, validation_line
+
+    fell = Run("a", {"algo": "cispo"}, {"val/success_rate": [(0, 0.281), (10, 0.031), (20, 0.078)]},
+               best_checkpoint="best-iter20.ckpt")
+    rose = Run("b", {"algo": "gspo"}, {"val/success_rate": [(0, 0.281), (10, 0.312)]}, best_checkpoint="best-iter10.ckpt")
+    assert fell.start_was_best() and not rose.start_was_best()
+    assert not Run("c", {}, {"val/success_rate": [(0, 0.3)]}).start_was_best()  # nothing after the start
+    line = validation_line([fell, rose])
+    assert "`algo=cispo`: `best-iter20.ckpt` (the start scored higher)" in line
+    assert "`algo=gspo`: `best-iter10.ckpt`;" not in line and "`algo=gspo`: `best-iter10.ckpt`." in line
