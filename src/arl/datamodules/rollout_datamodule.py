@@ -195,10 +195,7 @@ class RolloutDataModule(LightningDataModule):
 
     def rank_and_world(self) -> tuple[int, int]:
         """This process's data-parallel rank and the number of ranks (0, 1 without a Trainer)."""
-        trainer = getattr(self, "trainer", None)
-        if trainer is None:
-            return dist_utils.rank(), dist_utils.world_size()
-        return int(trainer.global_rank), int(trainer.world_size)
+        return dist_utils.rank_and_world(getattr(self, "trainer", None))
 
     # ------------------------------------------------------------------ state (resume)
     def state_dict(self) -> dict[str, Any]:

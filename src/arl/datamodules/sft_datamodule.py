@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from arl.agent.records import Episode
 from arl.agent.samples import TokenSample, build_samples, collate_tokens
+from arl.utils import distributed as dist_utils
 
 
 class SFTDataModule(LightningDataModule):
@@ -59,15 +60,11 @@ class SFTDataModule(LightningDataModule):
         batch["loss_tokens"] = torch.tensor(float(items[0][2]))
         return batch
 
-    def rank_and_world(self) -> tuple[int, int]:
-        trainer = getattr(self, "trainer", None)
-        return (int(trainer.global_rank), int(trainer.world_size)) if trainer is not None else (0, 1)
-
     def train_dataloader(self) -> DataLoader:
         """Global batches shuffled as one process would (the seed alone decides them), each rank
         taking its contiguous share of every batch (the trainer must not add a distributed
         sampler: ``use_distributed_sampler=False``)."""
-        rank, world = self.rank_and_world()
+        rank, world = dist_utils.rank_and_world(getattr(self, "trainer", None))
         gen = torch.Generator().manual_seed(self.seed)
         tokens = [int(sum(s.response_mask)) for s in self.train_samples]
         sampler = GlobalBatchShares(RandomSampler(self.train_samples, generator=gen), tokens, self.batch_size, rank, world)

@@ -52,13 +52,16 @@ class BehaviourCloningModule(LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def _world_size(self) -> int:
+        return self.trainer.world_size if self._trainer is not None else 1
+
     def training_step(self, batch, batch_idx: int):
         """The token mean over the response tokens of the *global* batch (``loss_tokens``, all
         ranks together; this rank's own when absent): each rank's sum over its share divided by
         that count, times the number of ranks, since DDP and FSDP average gradients over ranks.
         Sharded or not, the step is the one a single process takes on the whole batch."""
         log_probs, _ = forward_log_probs(self.policy, batch)
-        world = self.trainer.world_size if self._trainer is not None else 1
+        world = self._world_size()
         loss, tokens = response_nll(log_probs, batch["response_mask"], batch.get("loss_tokens"))
         self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
                  sync_dist=world > 1, reduce_fx="sum")
@@ -69,7 +72,7 @@ class BehaviourCloningModule(LightningModule):
         """Held-out loss, and how much of the held-out answers greedy decoding would reproduce."""
         log_probs, hits = forward_greedy_hits(self.policy, batch)
         metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
-        world = self.trainer.world_size if self._trainer is not None else 1
+        world = self._world_size()
         for name, value in metrics.items():
             if weights[name]:  # every rank scores the whole held-out set: the mean over ranks is its value
                 self.log(name, value, on_epoch=True, batch_size=weights[name], sync_dist=world > 1)

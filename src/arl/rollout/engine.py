@@ -98,10 +98,6 @@ class LazyEngine:
             self.engine = self._factory(local_rank)
         return self.engine
 
-    @property
-    def built(self) -> bool:
-        return self.engine is not None
-
     def generate(self, prompts, params, seeds=None):  # noqa: D102 - see RolloutEngine
         return self.start().generate(prompts, params, seeds=seeds)
 

@@ -141,16 +141,16 @@ def iter_hf_weights(state: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> Ite
     """``(hf_name, tensor)`` for every entry of a state dict (or ``(name, tensor)`` pairs, lazily)
     that vLLM should load.
 
-    Sharded tensors (FSDP2 ``DTensor``) are gathered with ``full_tensor()``; skipped names
-    (see :func:`hf_weight_name`) are left out.
+    Sharded tensors (FSDP2 ``DTensor``) are gathered one at a time
+    (:func:`arl.utils.fsdp.gather_full`); skipped names (see :func:`hf_weight_name`) are left out.
     """
+    from arl.utils.fsdp import gather_full
+
     for name, tensor in (state.items() if isinstance(state, Mapping) else state):
         hf = hf_weight_name(name)
         if hf is None:
             continue
-        if hasattr(tensor, "full_tensor"):
-            tensor = tensor.full_tensor()
-        yield hf, tensor.detach()
+        yield hf, gather_full(tensor).detach()
 
 
 def top_k_disabled_value() -> int:

@@ -27,6 +27,14 @@ def rank() -> int:
     return dist.get_rank() if is_distributed() else 0
 
 
+def rank_and_world(trainer=None) -> tuple[int, int]:
+    """(data-parallel rank, number of ranks): the Trainer's when one is given, else the process
+    group's ((0, 1) without one)."""
+    if trainer is None:
+        return rank(), world_size()
+    return int(trainer.global_rank), int(trainer.world_size)
+
+
 def _device() -> torch.device:
     """Where collective tensors live: the backend decides (nccl needs CUDA tensors)."""
     if is_distributed() and dist.get_backend() == "nccl":

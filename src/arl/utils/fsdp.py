@@ -204,8 +204,9 @@ def gather_full(value: torch.Tensor) -> torch.Tensor:
     import torch.distributed as dist
     from torch.distributed.tensor import Shard
 
-    mesh = value.device_mesh
-    if mesh.ndim != 1 or tuple(value.placements) != (Shard(0),) or dist.get_backend(mesh.get_group()) != "gloo":
+    mesh = getattr(value, "device_mesh", None)
+    if (mesh is None or mesh.ndim != 1 or tuple(value.placements) != (Shard(0),)
+            or dist.get_backend(mesh.get_group()) != "gloo"):
         return value.full_tensor()
     group, world, me = mesh.get_group(), mesh.size(), mesh.get_local_rank()
     rows = [c.shape[0] for c in torch.empty(value.shape[0], 0).chunk(world)]  # Shard(0) splits as torch.chunk

@@ -48,13 +48,12 @@ def test_one_process_sees_the_batches_of_a_shuffling_dataloader():
 def test_shares_add_up_to_the_global_batches(n, batch, world, seed):
     tokens = [(i * 7) % 5 + 1 for i in range(n)]
 
-    def batches(rank):
+    def batches(rank, ranks):
         return list(GlobalBatchShares(RandomSampler(range(n), generator=torch.Generator().manual_seed(seed)), tokens,
-                                      batch, rank, world))
+                                      batch, rank, ranks))
 
-    alone = batches(0) if world == 1 else list(
-        GlobalBatchShares(RandomSampler(range(n), generator=torch.Generator().manual_seed(seed)), tokens, batch))
-    per_rank = [batches(r) for r in range(world)]
+    alone = batches(0, 1)
+    per_rank = [batches(r, world) for r in range(world)]
     assert all(len(b) == len(alone) == -(-n // batch) for b in per_rank)  # every rank runs every step
     for k, whole in enumerate(alone):
         joined = [item for r in range(world) for item in per_rank[r][k] if item[1] == 1.0]

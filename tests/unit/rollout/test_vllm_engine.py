@@ -254,7 +254,6 @@ def test_request_seed_names_the_request_not_its_place():
     seeds = {request_seed(t, m, turn) for t in range(20) for m in range(8) for turn in range(10)}
     assert len(seeds) == 20 * 8 * 10  # distinct for distinct requests (no collision at this size)
     assert all(0 <= s < 2**31 - 1 for s in seeds)
-    assert request_seed(3, 1, 2) == request_seed(3, 1, 2)  # a pure function of the request
     # pinned: a change of the derivation changes every seeded rollout, so it must be deliberate
     assert (request_seed(0, 0, 0), request_seed(1, 2, 3)) == (655369107, 152016241)
 
