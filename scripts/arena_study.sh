@@ -3,10 +3,13 @@
 # at a time on two cores (hydra/launcher=joblib_local, one torch thread each):
 #   bash scripts/arena_study.sh                 # stage 0 then stage 1, then their reports
 #   STAGE=0 bash scripts/arena_study.sh         # calibration only
+#   STAGE=2 bash scripts/arena_study.sh         # credit assignment on a longer-horizon Sokoban only
 # Every multirun uses ckpt_path=resume with a fixed sweep folder: after an interruption, the same
 # command resumes the unfinished runs (finished ones stop at once). All runs start from one
 # behaviour-cloned policy (BC=<folder> to give another): the default job's BC stage, seed 1.
 # Stage 1's regime (LR, MB) is the one stage 0 chose; SEEDS are paired (every method runs every seed).
+# Stage 2 plays 7x7 rooms with two boxes and 20 turns (LONG) from its own BC start (BC2), at the
+# default CPU regime (LR2, MB2): it compares advantages and filters, not clipping under stress.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -19,27 +22,54 @@ ITERS=${ITERS:-40}
 VAL_EVERY=${VAL_EVERY:-10}
 VAL_EPISODES=${VAL_EPISODES:-64}
 METHODS=${METHODS:-grpo,gspo,cispo,sapo,cispo_seqmask,sapo_seqmask,sampo}
+METHODS2=${METHODS2:-grpo,gigpo,dapo_grpo,dapo_gigpo,sampo,stage_aware_gigpo}
+ITERS2=${ITERS2:-60}
+LR2=${LR2:-1.0e-4}
+MB2=${MB2:-2}
+VAL_EVERY2=${VAL_EVERY2:-20}
+VAL_EPISODES2=${VAL_EPISODES2:-128}
+LONG=(env.max_turns=20 "env.kwargs.dim_room=[7,7]" env.kwargs.num_boxes=2 env.kwargs.search_depth=100 env.kwargs.max_steps=20)
 EXTRA=${EXTRA:-}
 mkdir -p "$OUT"
 BC=${BC:-$OUT/bc_start/bc_policy_hf}
-if [ ! -d "$BC" ]; then  # the same BC as `make train` seed 1 makes before its RL stage
-  $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false hydra.run.dir="$OUT/bc_start" $EXTRA \
-    > "$OUT/bc_start.out" 2>&1
+if [ "$STAGE" != 2 ]; then
+  if [ ! -d "$BC" ]; then  # the same BC as `make train` seed 1 makes before its RL stage
+    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false hydra.run.dir="$OUT/bc_start" $EXTRA \
+      > "$OUT/bc_start.out" 2>&1
+  fi
+  BC=$(cd "$BC" && pwd)
 fi
-BC=$(cd "$BC" && pwd)
-COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small "model.init_from=$BC" ckpt_path=resume)
+COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small ckpt_path=resume)
 
 if [ "$STAGE" = 0 ] || [ "$STAGE" = all ]; then
   # stage 0: where does IS clipping act? token clip (GRPO), sequence clip (GSPO), CISPO's cap
-  $PY src/train.py -m "${COMMON[@]}" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
+  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
     rollout.val_episodes=32 rl.optimizer.lr=3e-4,1e-3 rl.mini_batches=8,16 hydra.sweep.dir="$OUT/stage0" $EXTRA \
     > "$OUT/stage0.out" 2>&1
   $PY src/report.py "$OUT/stage0"
 fi
 if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
   # stage 1: collapse and rescue, paired seeds (seed first: every method finishes seed 1 before seed 2)
-  $PY src/train.py -m "${COMMON[@]}" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS rl.val_every=$VAL_EVERY \
+  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS rl.val_every=$VAL_EVERY \
     rollout.val_episodes=$VAL_EPISODES rl.optimizer.lr=$LR rl.mini_batches=$MB hydra.sweep.dir="$OUT/stage1" $EXTRA \
     > "$OUT/stage1.out" 2>&1
-  $PY src/report.py "$OUT/stage1"
+  $PY src/report.py "$OUT/stage1" --contrast "algo=sampo - algo=grpo" --contrast "algo=gspo - algo=grpo" \
+    --contrast "algo=cispo - algo=grpo" --contrast "algo=sapo - algo=grpo" \
+    --contrast "algo=cispo_seqmask - algo=cispo" --contrast "algo=sapo_seqmask - algo=sapo"
+fi
+if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
+  # stage 2: credit assignment on a longer horizon (GiGPO against GRPO, with and without DAPO)
+  BC2=${BC2:-$OUT/bc_start_long/bc_policy_hf}
+  if [ ! -d "$BC2" ]; then
+    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "${LONG[@]}" \
+      hydra.run.dir="$OUT/bc_start_long" $EXTRA > "$OUT/bc_start_long.out" 2>&1
+  fi
+  BC2=$(cd "$BC2" && pwd)
+  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC2" "${LONG[@]}" "seed=$SEEDS" "algo=$METHODS2" \
+    rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
+    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/stage2" $EXTRA > "$OUT/stage2.out" 2>&1
+  $PY src/report.py "$OUT/stage2" --contrast "algo=gigpo - algo=grpo" --contrast "algo=sampo - algo=grpo" \
+    --contrast "algo=dapo_grpo - algo=grpo" --contrast "algo=dapo_gigpo - algo=gigpo" \
+    --contrast "algo=dapo_gigpo - algo=gigpo - algo=dapo_grpo + algo=grpo" \
+    --contrast "algo=stage_aware_gigpo - algo=dapo_gigpo"
 fi

@@ -2,6 +2,7 @@
 
     python src/report.py logs/multiruns/<time>                   # writes <folder>/report/
     python src/report.py <folder> --out docs/results/sokoban      # somewhere else
+    python src/report.py <folder> --contrast "algo=sampo - algo=grpo" --contrast "algo=cispo_seqmask - algo=cispo"
 
 Prints the table; see ``arl.report`` for what each column means.
 """
@@ -21,10 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run)")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")
+    ap.add_argument("--contrast", action="append", default=None, metavar="SPEC",
+                    help='a paired comparison of final success over seeds, "A - B" or "A - B - C + D" with settings '
+                         'named as in the report (repeatable; default: every setting against algo=grpo)')
     args = ap.parse_args(argv)
     try:
-        path = write_report(args.multirun, args.out)
-    except FileNotFoundError as err:
+        path = write_report(args.multirun, args.out, contrasts=args.contrast)
+    except (FileNotFoundError, ValueError) as err:
         print(f"report: {err}", file=sys.stderr)
         return 2
     print(path.read_text())

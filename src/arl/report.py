@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci, parse_contrast, t975
+
+__all__ = ["Run", "find_runs", "write_report", "run_table", "group_table", "contrast_table", "collapse_tests",
+           "fisher_exact", "mean_ci", "t975", "bootstrap_ci"]
+
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
 
 PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; several tags = panels)
@@ -262,26 +267,6 @@ def run_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
-# two-sided 95 % quantiles of Student's t by degrees of freedom (1.96 beyond the table)
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
-         25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the next smaller tabled df)."""
-    return _T975[max(k for k in _T975 if k <= df)] if df < 120 else 1.96
-
-
-def mean_ci(values: list[float]) -> tuple[float, float]:
-    """(mean, half-width of its 95 % confidence interval over the values: t x std / sqrt(n));
-    half-width 0 for a single value."""
-    m = statistics.mean(values)
-    if len(values) < 2:
-        return m, 0.0
-    return m, t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-
-
 def _mean_ci(values: list[float], signed: bool = False) -> str:
     if not values:
         return "-"
@@ -290,20 +275,6 @@ def _mean_ci(values: list[float], signed: bool = False) -> str:
         return f"{values[0]:{fmt}}"
     m, half = mean_ci(values)
     return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
-
-
-def fisher_exact(a: int, b: int, c: int, d: int) -> float:
-    """Two-sided p-value of Fisher's exact test on the 2 x 2 table [[a, b], [c, d]] (rows: two
-    settings; columns: runs that collapsed, runs that did not): the sum of the hypergeometric
-    probabilities of every table with the same margins that is no more likely than this one."""
-    row1, col1, n = a + b, a + c, a + b + c + d
-
-    def prob(x: int) -> float:
-        return math.comb(col1, x) * math.comb(n - col1, row1 - x) / math.comb(n, row1)
-
-    observed = prob(a)
-    lo, hi = max(0, row1 + col1 - n), min(row1, col1)
-    return min(1.0, sum(p for p in (prob(x) for x in range(lo, hi + 1)) if p <= observed * (1 + 1e-9)))
 
 
 def collapse_tests(runs: Iterable[Run]) -> str:
@@ -326,26 +297,90 @@ def collapse_tests(runs: Iterable[Run]) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
-def group_table(runs: Iterable[Run]) -> str:
-    """Mean and 95 % confidence interval (t over the seeds) of each setting."""
+def _bootstrap(values: list[float], signed: bool = False) -> str:
+    if len(values) < 2:
+        return "-"
+    fmt = "+.3f" if signed else ".3f"
+    _, lo, hi = bootstrap_ci(values)
+    return f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _collapse_cell(members: list[Run]) -> str:
+    """``"2/4 (it 1, 7)"``: runs the detector fired in, of the setting's runs, and the first
+    iteration it fired in each of them (time to collapse)."""
+    firsts = sorted(s for s in (r.steps_to_collapse() for r in members) if s is not None)
+    return f"{len(firsts)}/{len(members)}" + (f" (it {', '.join(map(str, firsts))})" if firsts else "")
+
+
+def settings(runs: Iterable[Run]) -> dict[str, list[Run]]:
+    """Setting (the label without the seed) -> its runs, in the runs' order."""
     groups: dict[str, list[Run]] = defaultdict(list)
     for r in runs:
         groups[r.group].append(r)
-    head = ["setting", "seeds", "final success", "gain over start", "best success", "collapsed", "peak KL",
-            "clip fraction", "valid-action ratio"]
+    return dict(groups)
+
+
+def group_table(runs: Iterable[Run]) -> str:
+    """Mean and 95 % confidence interval (t over the seeds) of each setting; the final success also
+    with its percentile bootstrap interval over the seeds."""
+    head = ["setting", "seeds", "final success", "final success, bootstrap", "gain over start", "best success",
+            "collapsed (first iteration)", "peak KL", "clip fraction", "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for name, members in groups.items():
+    for name, members in settings(runs).items():
         def vals(fn):
             return [v for v in (fn(r) for r in members) if v is not None]
 
-        cells = [f"`{name}`", str(len(members)), _mean_ci(vals(lambda r: r.final("val/success_rate"))),
+        finals = vals(lambda r: r.final("val/success_rate"))
+        cells = [f"`{name}`", str(len(members)), _mean_ci(finals), _bootstrap(finals),
                  _mean_ci(vals(lambda r: r.gain("val/success_rate")), signed=True),
                  _mean_ci(vals(lambda r: r.best("val/success_rate"))),
-                 f"{sum(r.steps_to_collapse() is not None for r in members)}/{len(members)}",
+                 _collapse_cell(members),
                  _mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
                  _mean_ci(vals(lambda r: r.mean("actor/clipfrac"))),
                  _mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def default_contrasts(runs: list[Run]) -> list[str]:
+    """Every setting against the paper's baseline, ``algo=grpo`` with the rest of its label equal,
+    when the runs have it (``algo=sampo - algo=grpo``, ...); none otherwise."""
+    groups = settings(r for r in runs if not r.bc_only)
+    out = []
+    for name, members in groups.items():
+        algo = members[0].overrides.get("algo")
+        if algo in (None, "grpo"):
+            continue
+        base = ",".join(f"{k}={'grpo' if k == 'algo' else v}" for k, v in members[0].overrides.items() if k != "seed")
+        if base in groups:
+            out.append(f"{name} - {base}")
+    return out
+
+
+def contrast_table(runs: Iterable[Run], contrasts: list[str], tag: str = "val/success_rate") -> str:
+    """Paired comparisons over seeds: for each contrast (``"A - B"``, or a difference of differences
+    ``"A - B - C + D"``) the final ``tag`` combined per seed over the seeds all its settings ran,
+    with the mean, its t and bootstrap 95 % intervals, and how many seeds came out above / below
+    zero. An empty string without contrasts."""
+    if not contrasts:
+        return ""
+    by_setting = {name: {r.overrides.get("seed") or r.common.get("seed") or r.name: r.final(tag) for r in members if r.final(tag) is not None}
+                  for name, members in settings(runs).items()}
+    head = ["contrast (per seed)", "seeds", "mean [t 95 %]", "bootstrap 95 %", "above / below 0", "per seed"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
+    for spec in contrasts:
+        try:
+            per_seed = contrast_values(parse_contrast(spec), by_setting)
+        except KeyError as err:  # a setting that has not run (yet): said in its row, the rest still reported
+            lines.append(f"| `{spec}` | 0 | {err.args[0]} | - | - | - |")
+            continue
+        values = list(per_seed.values())
+        if not values:
+            lines.append(f"| `{spec}` | 0 | - | - | - | - |")
+            continue
+        above, below = sum(v > 1e-12 for v in values), sum(v < -1e-12 for v in values)
+        lines.append(f"| `{spec}` | {len(values)} | {_mean_ci(values, signed=True)} | {_bootstrap(values, signed=True)} "
+                     f"| {above} / {below} | {', '.join(f'{s}: {v:+.3f}' for s, v in per_seed.items())} |")
     return "\n".join(lines)
 
 
@@ -484,10 +519,14 @@ def validation_line(runs: list[Run]) -> str:
     return f"Validation: {size}." + (f" Best checkpoints (by validation success): {'; '.join(best)}." if best else "")
 
 
-def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
-    """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``)."""
+def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None) -> Path:
+    """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``).
+
+    ``contrasts``: paired comparisons of final validation success (:func:`contrast_table`); default
+    every setting against ``algo=grpo`` when the runs have it."""
     multirun = Path(multirun)
     runs = find_runs(multirun)
+    contrasts = default_contrasts(runs) if contrasts is None else contrasts
     common = runs[0].common
     n_bc = sum(r.bc_only for r in runs)
     out_dir = Path(out_dir) if out_dir else multirun / "report"
@@ -508,6 +547,8 @@ def write_report(multirun: Path, out_dir: Path | None = None) -> Path:
         run_table(runs),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
+        *(["## Paired comparisons of the final success (same seeds; t and bootstrap 95 % intervals)", paired]
+          if (paired := contrast_table(runs, contrasts)) else []),
         *(["## Collapses (Fisher's exact test, two-sided; pairs where some run collapsed)", tests]
           if (tests := collapse_tests(runs)) else []),
         "## Curves",

@@ -352,6 +352,28 @@ def test_arena_study_runs_shortened_and_resumes(tmp_path):
     assert "algo=grpo" in report and "algo=sampo" in report
 
 
+def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
+    """Stage 2's commands, shortened: its own BC start on the 7x7, two-box, 20-turn Sokoban, then
+    two of its methods (the stage-aware filter among them), one seed, the report with its contrasts."""
+    out = tmp_path / "arena"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2", "ITERS2": "1", "SEEDS": "1",
+           "METHODS2": "grpo,stage_aware_gigpo", "VAL_EVERY2": "1", "VAL_EPISODES2": "2",
+           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not (out / "bc_start").exists()  # stage 1's start is not built for stage 2 alone
+    import yaml
+
+    (job,) = [p for p in (out / "stage2").iterdir() if p.is_dir() and "stage_aware_gigpo" in p.name]
+    cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+    assert cfg["env"]["max_turns"] == 20 and cfg["env"]["kwargs"]["num_boxes"] == 2
+    assert cfg["env"]["kwargs"]["dim_room"] == [7, 7] and cfg["algo"]["filter"]["name"] == "stage_aware"
+    assert cfg["model"]["init_from"] == str((out / "bc_start_long" / "bc_policy_hf").resolve())
+    report = (out / "stage2" / "report" / "report.md").read_text()
+    assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 0 | no setting named 'algo=dapo_gigpo'" in report
+
+
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):
     """The CLI itself (what the in-process checks above stand for): exit 2 and the message, in seconds."""
     _tree(tmp_path)

@@ -67,9 +67,10 @@ def test_run_table_values(multirun):
     # mean and 95 % t interval of the final successes 0.4 and 0.6: 0.5 +- 12.706 x std / sqrt(2)
     half = 12.706 * math.sqrt(((0.4 - 0.5) ** 2 + (0.6 - 0.5) ** 2) / 1) / math.sqrt(2)
     gain_half = 12.706 * math.sqrt(((0.2 - 0.25) ** 2 + (0.3 - 0.25) ** 2) / 1) / math.sqrt(2)
+    # the bootstrap resamples of (0.4, 0.6) have means 0.4, 0.5, 0.6 with probabilities 1/4, 1/2, 1/4
     assert group[2].startswith(f"| `experiment=grpo_sokoban` | 2 | 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] | "
-                               f"+0.250 [{0.25 - gain_half:+.3f}, {0.25 + gain_half:+.3f}] | 0.550 [")
-    assert "| 1/2 |" in group[2]
+                               f"[0.400, 0.600] | +0.250 [{0.25 - gain_half:+.3f}, {0.25 + gain_half:+.3f}] | 0.550 [")
+    assert "| 1/2 (it 4) |" in group[2]  # collapsed runs and the first iteration the detector fired
 
 
 def test_confidence_intervals_by_hand():
@@ -193,3 +194,32 @@ def test_a_best_checkpoint_worse_than_the_start_is_flagged():
     line = validation_line([fell, rose])
     assert "`algo=cispo`: `best-iter20.ckpt` (the start scored higher)" in line
     assert "`algo=gspo`: `best-iter10.ckpt`;" not in line and "`algo=gspo`: `best-iter10.ckpt`." in line
+
+
+def test_paired_contrasts_over_shared_seeds(tmp_path):
+    from arl.report import contrast_table, default_contrasts
+    from report import main
+
+    root = tmp_path / "m"
+    finals = {"grpo": [0.20, 0.30, 0.25], "sampo": [0.30, 0.35, 0.25], "gigpo": [0.22, 0.31]}  # gigpo lacks seed 3
+    for method, values in finals.items():
+        for seed, v in enumerate(values, start=1):
+            _write_run(root / f"algo={method},seed={seed}", {"val/success_rate": [(0, 0.1), (10, v)]})
+    runs = find_runs(root)
+    assert default_contrasts(runs) == ["algo=gigpo - algo=grpo", "algo=sampo - algo=grpo"]
+    lines = contrast_table(runs, ["algo=sampo - algo=grpo", "algo=gigpo - algo=grpo",
+                                  "algo=sampo - algo=gigpo - algo=grpo + algo=grpo"]).splitlines()
+    # sampo - grpo per seed: +0.10, +0.05, 0.00: mean +0.05, std 0.05, t(2) 4.303 -> +-0.124
+    half = 4.303 * 0.05 / math.sqrt(3)
+    assert lines[2].startswith(f"| `algo=sampo - algo=grpo` | 3 | +0.050 [{0.05 - half:+.3f}, {0.05 + half:+.3f}] | ")
+    assert lines[2].endswith("| 2 / 0 | 1: +0.100, 2: +0.050, 3: +0.000 |")
+    # bootstrap over (0.10, 0.05, 0.00): the lowest resample mean 0 has probability 1/27 >= 2.5 %
+    assert "| [+0.000, +0.100] |" in lines[2]
+    assert lines[3].startswith("| `algo=gigpo - algo=grpo` | 2 | ")  # only the seeds both ran
+    assert "1: +0.020, 2: +0.010" in lines[3]
+    assert "1: +0.080, 2: +0.040 |" in lines[4]  # a four-term contrast over the seeds all four have
+    missing = contrast_table(runs, ["algo=nope - algo=grpo"]).splitlines()[2]
+    assert missing.startswith("| `algo=nope - algo=grpo` | 0 | no setting named 'algo=nope'; settings: algo=gigpo, ")
+    text = write_report(root, tmp_path / "out").read_text()
+    assert "## Paired comparisons" in text and "`algo=sampo - algo=grpo`" in text
+    assert main([str(root), "--out", str(tmp_path / "o2"), "--contrast", "algo=sampo - - algo=grpo"]) == 2

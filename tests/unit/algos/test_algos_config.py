@@ -27,6 +27,7 @@ EXPECTED_PRESETS = {
     "gigpo",
     "dapo_grpo",
     "dapo_gigpo",
+    "stage_aware_gigpo",
     "sampo",
 }
 
