@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Copy the finished runs of a multirun folder (those that wrote policy_hf/, the last thing a run
+# does) into the repository, without checkpoints: TensorBoard events and the Hydra config only,
+# enough for `python src/report.py <dest>` to rebuild every table and plot.
+#   bash scripts/archive_runs.sh logs/study/stage1 docs/results/arena_stage1/runs
+set -euo pipefail
+SRC=${1:?multirun folder}
+DEST=${2:?destination folder}
+mkdir -p "$DEST"
+n=0
+for run in "$SRC"/*/; do
+  [ -d "$run/policy_hf" ] || continue
+  name=$(basename "$run")
+  rsync -a --delete "$run/tensorboard" "$run/.hydra" "$DEST/$name/"
+  n=$((n + 1))
+done
+echo "archived $n finished runs of $SRC in $DEST"
