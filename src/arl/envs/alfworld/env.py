@@ -20,7 +20,8 @@ offered (as in verl-agent's prompt) and counts as inadmissible.
 ``info``: ``task`` (the goal text, e.g. ``put a clean mug in coffeemachine``), ``task_type`` (one
 of the six ALFWorld types), ``admissible_actions``, ``won``, ``score`` (1.0 when won), ``anchor``
 (the observation plus the sorted admissible commands: what the agent can tell about the state),
-``steps``, ``gamefile``, ``action_is_admissible``.
+``steps``, ``gamefile``, ``action_is_admissible``; with ``notes=True`` also ``notes`` (where the
+agent stands, :mod:`arl.envs.alfworld.notes`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from arl.envs.alfworld.data import (
 from arl.envs.alfworld.engine import EngineState, acquire_engine, release_engine, require_alfworld
 from arl.envs.alfworld.expert import EXPERT_MODES, ExpertTracker
 from arl.envs.alfworld.gen.tables import TASK_TYPES
+from arl.envs.alfworld.notes import Notes
 from arl.envs.alfworld.prompt import PROMPT_STYLES, render_compact_prompt, render_prompt
 from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
 
@@ -93,6 +95,9 @@ class AlfWorldEnv:
         task_types: restrict to these task types (default: all six).
         max_steps: env steps per episode.
         prompt_style: ``full`` (verl-agent's prompt) or ``compact`` (for the embedded tiny model).
+        notes: with ``compact``, the prompt also says where the agent is, what it holds, which
+            receptacles it has not visited and where it saw the task's objects, kept from its own
+            observations (:mod:`arl.envs.alfworld.notes`; ``info["notes"]``).
         expert: ``handcoded`` (alfworld's handcoded expert, planner fallback) or ``planner``.
         generator: keyword arguments of :class:`~arl.envs.alfworld.gen.GeneratorConfig`.
         speedups: the engine's memoisations (:func:`~arl.envs.alfworld.engine.install_speedups`).
@@ -112,6 +117,7 @@ class AlfWorldEnv:
         task_types: list[str] | tuple[str, ...] | None = None,
         max_steps: int = MAX_STEPS,
         prompt_style: str = "full",
+        notes: bool = False,
         expert: str = "handcoded",
         generator: Mapping[str, Any] | None = None,
         speedups: bool = True,
@@ -120,6 +126,8 @@ class AlfWorldEnv:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if prompt_style not in PROMPT_STYLES:
             raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
+        if notes and prompt_style != "compact":
+            raise ValueError("notes=true needs prompt_style=compact (the reference prompt is verl-agent's, word for word)")
         if expert not in EXPERT_MODES:
             raise ValueError(f"expert={expert!r} is not valid; valid: {', '.join(EXPERT_MODES)}")
         if int(val_seed_base) < 1:
@@ -140,6 +148,8 @@ class AlfWorldEnv:
         self.num_games = self._num_games(num_games)
         self.max_steps = int(max_steps)
         self.prompt_style = prompt_style
+        self.notes = bool(notes)
+        self._notes: Notes | None = None
         self.expert_mode = expert
         self.speedups = bool(speedups)
         require_alfworld()  # the clear install error, at construction
@@ -234,6 +244,7 @@ class AlfWorldEnv:
         self.traj = read_traj(gamefile)
         self.task_type = str(self.traj.get("task_type", ""))
         self.task = task_from_intro(state.feedback)
+        self._notes = Notes(state.feedback, self.task) if self.notes else None
         self._state = self._start = state
         self._trace = []
         self._tracker = None
@@ -252,6 +263,8 @@ class AlfWorldEnv:
         state = self._engine.step(command)
         self._trace.append((command, state))
         self._state = state
+        if self._notes is not None:
+            self._notes.update(state.feedback)
         self.steps += 1
         reward = WIN_REWARD if state.won and not self.won else 0.0
         self.won = self.won or bool(state.won)
@@ -306,5 +319,7 @@ class AlfWorldEnv:
             "gamefile": self.gamefile,
             "action_is_admissible": admissible,
         }
+        if self._notes is not None:
+            info["notes"] = self._notes.render()
         self.last_info = info
         return info

@@ -92,6 +92,8 @@ def render_compact_prompt(observation: str, history_text: str, info: dict[str, A
     """The ``compact`` user message: task, history, observation, actions, answer format."""
     actions = " | ".join(a for a in (info.get("admissible_actions") or []) if a != "help")
     parts = [f"ALFWorld. Task: {info.get('task', '')}."]
+    if info.get("notes"):  # where the agent stands (env.kwargs.notes; arl.envs.alfworld.notes)
+        parts.append(info["notes"])
     if history_text and history_text.strip():
         parts.append(history_text.strip())
     parts.append(f"Observation: {strip_intro(observation)}")
