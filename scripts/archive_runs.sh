@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copy the finished runs of a multirun folder (those that wrote policy_hf/, the last thing a run
 # does) into the repository, without checkpoints: TensorBoard events and the Hydra config only,
-# enough for `python src/report.py <dest>` to rebuild every table and plot.
+# and the best checkpoint's name (best_checkpoint.txt): enough for `python src/report.py <dest>` to
+# rebuild every table and plot.
 #   bash scripts/archive_runs.sh logs/study/stage1 docs/results/arena_stage1/runs
 set -euo pipefail
 SRC=${1:?multirun folder}
@@ -12,6 +13,8 @@ for run in "$SRC"/*/; do
   [ -d "$run/policy_hf" ] || continue
   name=$(basename "$run")
   rsync -a --delete "$run/tensorboard" "$run/.hydra" "$DEST/$name/"
+  best=$(ls -t "$run"/checkpoints/best-*.ckpt 2>/dev/null | head -1 || true)
+  [ -n "$best" ] && basename "$best" > "$DEST/$name/best_checkpoint.txt"
   n=$((n + 1))
 done
 echo "archived $n finished runs of $SRC in $DEST"

@@ -205,9 +205,8 @@ def find_runs(multirun: Path) -> list[Run]:
                 overrides = parsed
         bc_only = (sub / "bc_results.json").exists() and not (sub / "tensorboard" / "rl").exists()
         scalars = bc_scalars(sub / "bc_results.json") if bc_only else read_scalars(sub)
-        best = sorted((sub / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
         runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only, val_episodes=_val_episodes(sub),
-                        best_checkpoint=best[-1].name if best else None))
+                        best_checkpoint=best_checkpoint(sub)))
     if not runs:
         raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
     common = common_overrides(runs)
@@ -215,6 +214,16 @@ def find_runs(multirun: Path) -> list[Run]:
         r.overrides = {k: v for k, v in r.overrides.items() if k not in common}
         r.common = common
     return runs
+
+
+def best_checkpoint(run_dir: Path) -> str | None:
+    """The name of the run's newest ``checkpoints/best-*.ckpt``; for a run archived without its
+    checkpoints (scripts/archive_runs.sh), the name its ``best_checkpoint.txt`` records."""
+    best = sorted((run_dir / "checkpoints").glob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
+    if best:
+        return best[-1].name
+    record = run_dir / "best_checkpoint.txt"
+    return record.read_text().strip() or None if record.exists() else None
 
 
 def _val_episodes(run_dir: Path) -> int | None:

@@ -223,3 +223,29 @@ def test_paired_contrasts_over_shared_seeds(tmp_path):
     text = write_report(root, tmp_path / "out").read_text()
     assert "## Paired comparisons" in text and "`algo=sampo - algo=grpo`" in text
     assert main([str(root), "--out", str(tmp_path / "o2"), "--contrast", "algo=sampo - - algo=grpo"]) == 2
+
+
+def test_an_archived_run_reports_like_the_original(tmp_path):
+    """scripts/archive_runs.sh keeps the finished runs' events, config and best checkpoint name."""
+    import subprocess
+
+    from arl_testing import ROOT
+
+    src = tmp_path / "sweep"
+    for seed, finished in ((1, True), (2, False)):
+        run = src / f"algo=grpo,seed={seed}"
+        _write_run(run, {"val/success_rate": [(0, 0.25), (10, 0.5), (20, 0.375)]})
+        (run / ".hydra").mkdir()
+        (run / ".hydra" / "overrides.yaml").write_text(f"- algo=grpo\n- seed={seed}\n")
+        (run / "checkpoints").mkdir()
+        (run / "checkpoints" / "best-iter10.ckpt").write_bytes(b"weights")
+        if finished:
+            (run / "policy_hf").mkdir()
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "archive_runs.sh"), str(src), str(tmp_path / "kept")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and "archived 1 finished runs" in proc.stdout, proc.stderr
+    (kept,) = find_runs(tmp_path / "kept")
+    (original,) = [r for r in find_runs(src) if r.name == kept.name]
+    assert kept.best_checkpoint == original.best_checkpoint == "best-iter10.ckpt"
+    assert kept.scalars == original.scalars
+    assert not (tmp_path / "kept" / kept.name / "checkpoints").exists()  # no weights in the archive
