@@ -371,7 +371,7 @@ def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     assert cfg["env"]["kwargs"]["dim_room"] == [7, 7] and cfg["algo"]["filter"]["name"] == "stage_aware"
     assert cfg["model"]["init_from"] == str((out / "bc_start_long" / "bc_policy_hf").resolve())
     report = (out / "stage2" / "report" / "report.md").read_text()
-    assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 0 | no setting named 'algo=dapo_gigpo'" in report
+    assert "`algo=gigpo - algo=grpo` | 0 | no setting named 'algo=gigpo'" in report  # not among the two run
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):
