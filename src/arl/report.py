@@ -29,7 +29,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci, parse_contrast, t975
 
@@ -366,14 +366,27 @@ def default_contrasts(runs: list[Run]) -> list[str]:
     return out
 
 
-def contrast_table(runs: Iterable[Run], contrasts: list[str], tag: str = "val/success_rate") -> str:
+#: what a paired comparison compares, per run (None: the run lacks it)
+MEASURES: dict[str, Callable[[Run], float | None]] = {
+    "final validation success": lambda r: r.final("val/success_rate"),
+    # every iteration's training episodes (64 a time on the CPU, the same tasks for every method of a
+    # seed): many more episodes than the last validation, so a tighter paired difference
+    "mean training success over the run": lambda r: r.mean("rollout/success_rate"),
+}
+
+
+def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "final validation success") -> str:
     """Paired comparisons over seeds: for each contrast (``"A - B"``, or a difference of differences
-    ``"A - B - C + D"``) the final ``tag`` combined per seed over the seeds all its settings ran,
-    with the mean, its t and bootstrap 95 % intervals, and how many seeds came out above / below
-    zero. An empty string without contrasts."""
+    ``"A - B - C + D"``) the ``measure`` (a key of :data:`MEASURES`) combined per seed over the seeds
+    all its settings ran, with the mean, its t and bootstrap 95 % intervals, and how many seeds came
+    out above / below zero. A contrast naming a setting the runs lack says so in its row (a study
+    in progress still reports the rest; a misspelt name shows the names there are). An empty
+    string without contrasts."""
     if not contrasts:
         return ""
-    by_setting = {name: {r.overrides.get("seed") or r.common.get("seed") or r.name: r.final(tag) for r in members if r.final(tag) is not None}
+    value = MEASURES[measure]
+    by_setting = {name: {r.overrides.get("seed") or r.common.get("seed") or r.name: v
+                         for r in members if (v := value(r)) is not None}
                   for name, members in settings(runs).items()}
     head = ["contrast (per seed)", "seeds", "mean [t 95 %]", "bootstrap 95 %", "above / below 0", "per seed"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
@@ -556,8 +569,9 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         run_table(runs),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
-        *(["## Paired comparisons of the final success (same seeds; t and bootstrap 95 % intervals)", paired]
-          if (paired := contrast_table(runs, contrasts)) else []),
+        *[part for measure in MEASURES if (paired := contrast_table(runs, contrasts, measure))
+          and any(MEASURES[measure](r) is not None for r in runs)
+          for part in (f"## Paired comparisons: {measure} (same seeds; t and bootstrap 95 % intervals)", paired)],
         *(["## Collapses (Fisher's exact test, two-sided; pairs where some run collapsed)", tests]
           if (tests := collapse_tests(runs)) else []),
         "## Curves",

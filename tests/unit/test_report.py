@@ -221,7 +221,15 @@ def test_paired_contrasts_over_shared_seeds(tmp_path):
     missing = contrast_table(runs, ["algo=nope - algo=grpo"]).splitlines()[2]
     assert missing.startswith("| `algo=nope - algo=grpo` | 0 | no setting named 'algo=nope'; settings: algo=gigpo, ")
     text = write_report(root, tmp_path / "out").read_text()
-    assert "## Paired comparisons" in text and "`algo=sampo - algo=grpo`" in text
+    assert "## Paired comparisons: final validation success" in text and "`algo=sampo - algo=grpo`" in text
+    assert "mean training success" not in text  # these runs logged no rollout/success_rate
+    # the mean over iterations of the training success, paired the same way
+    for method, values in {"grpo": [0.1, 0.3], "sampo": [0.2, 0.6]}.items():
+        _write_run(root / f"algo={method},seed=9", {"val/success_rate": [(0, 0.1)],
+                                                    "rollout/success_rate": list(enumerate(values, start=1))})
+    line = contrast_table(find_runs(root), ["algo=sampo - algo=grpo"], "mean training success over the run").splitlines()[2]
+    assert line.endswith("| 1 / 0 | 9: +0.200 |")  # mean(0.2, 0.6) - mean(0.1, 0.3)
+    assert "## Paired comparisons: mean training success over the run" in write_report(root, tmp_path / "o3").read_text()
     assert main([str(root), "--out", str(tmp_path / "o2"), "--contrast", "algo=sampo - - algo=grpo"]) == 2
 
 
