@@ -53,6 +53,25 @@ PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; severa
 }
 
 
+# per-iteration curves too noisy to read raw (64 episodes an iteration on the CPU): a centred moving
+# average over this many iterations, said in the panel's title
+SMOOTH: dict[str, int] = {"rollout/success_rate": 5}
+
+
+def smooth(series: Series, window: int) -> Series:
+    """Centred moving average over ``window`` consecutive points (fewer at the ends); the steps
+    are kept. ``window`` <= 1 returns the series unchanged."""
+    if window <= 1:
+        return list(series)
+    half = window // 2
+    values = [v for _, v in series]
+    out = []
+    for i, (step, _) in enumerate(series):
+        part = [v for v in values[max(0, i - half): i + half + 1] if math.isfinite(v)]
+        out.append((step, statistics.fmean(part) if part else math.nan))
+    return out
+
+
 @dataclass
 class Run:
     """One run of a multirun: its label (the overrides) and its scalar curves."""
@@ -448,17 +467,25 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
         nrows = -(-len(tags) // ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 3.6 * nrows + 0.6), squeeze=False)
         for ax, tag in zip(axes.flat, tags):
+            window = SMOOTH.get(tag, 1)
+            drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
             for name, members in groups.items():
-                banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name)
+                banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name, window, drawn)
                 for r in members:
-                    series = r.scalars.get(tag)
+                    series = smooth(r.scalars.get(tag, []), window)
                     if series:
                         steps, values = zip(*series)
+                        drawn += [v for v in values if math.isfinite(v)]
                         colour, style = styles[r.label]
                         ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3,
                                 lw=0.8 if banded else 1.4, alpha=0.45 if banded else 1.0,
                                 label=None if banded else r.label, color=colour, linestyle=style)
-            ax.set_title(tag if len(PLOTS[stem][1]) > 1 else title, fontsize=10)
+            if drawn:
+                lo, hi = min(drawn), max(drawn)
+                pad = 0.08 * (hi - lo) or 0.05 * abs(hi) or 0.05
+                ax.set_ylim(lo - pad, hi + pad)
+            name = tag if len(PLOTS[stem][1]) > 1 else title
+            ax.set_title(name + (f" (moving average of {window} iterations)" if window > 1 else ""), fontsize=10)
             ax.set_xlabel("iteration")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
@@ -476,10 +503,11 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     return written
 
 
-def _band(ax, members: list[Run], tag: str, colour, name: str) -> bool:
+def _band(ax, members: list[Run], tag: str, colour, name: str, window: int = 1, drawn: list[float] | None = None) -> bool:
     """The seeds' mean of ``tag`` at the iterations every seed logged, with its 95 % confidence
-    band (t over the seeds); False when the seeds share fewer than one iteration."""
-    per_seed = [dict(r.scalars.get(tag, [])) for r in members]
+    band (t over the seeds), each seed's curve smoothed over ``window`` iterations first; the means
+    are added to ``drawn``. False when the seeds share fewer than one iteration."""
+    per_seed = [dict(smooth(r.scalars.get(tag, []), window)) for r in members]
     steps = sorted(set.intersection(*(set(s) for s in per_seed))) if per_seed else []
     if not steps:
         return False
@@ -491,6 +519,8 @@ def _band(ax, members: list[Run], tag: str, colour, name: str) -> bool:
     floor = 0.0 if all(v >= 0 for s in per_seed for v in s.values() if math.isfinite(v)) else -math.inf
     ax.fill_between(steps, [max(m - h, floor) for m, h in stats], [m + h for m, h in stats], color=colour, alpha=0.18, lw=0)
     ax.plot(steps, means, color=colour, lw=2.0, label=f"{name} (mean of {len(members)}, 95 % CI)")
+    if drawn is not None:
+        drawn += means
     return True
 
 

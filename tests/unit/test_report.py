@@ -257,3 +257,11 @@ def test_an_archived_run_reports_like_the_original(tmp_path):
     assert kept.best_checkpoint == original.best_checkpoint == "best-iter10.ckpt"
     assert kept.scalars == original.scalars
     assert not (tmp_path / "kept" / kept.name / "checkpoints").exists()  # no weights in the archive
+
+
+def test_smoothing_is_a_centred_moving_average():
+    from arl.report import smooth
+
+    series = [(1, 0.0), (2, 1.0), (3, 0.0), (4, 1.0), (5, float("nan"))]
+    assert smooth(series, 3) == [(1, 0.5), (2, pytest.approx(1 / 3)), (3, pytest.approx(2 / 3)), (4, 0.5), (5, 1.0)]
+    assert smooth(series, 1) == series and smooth([], 5) == []
