@@ -145,6 +145,8 @@ def plan(cmd: str) -> tuple[str, str]:
             return "skip", reason
     if "scripts/mutation.py" in cmd:
         return "run", "checks that every named mutant still matches the code (--check)"
+    if c.startswith("bash scripts/archive_runs.sh"):
+        return "run", "archives the fixture multirun's finished runs into a folder of the test tree"
     if "src/eval.py" in cmd or "src/report.py" in cmd:
         return "run", "runs on the fixture run (a few validation episodes)"
     if "src/train.py" in cmd:
@@ -207,6 +209,10 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/sampo_sokoban/runs/<time>", str(run)).replace("logs/<task>/runs/<time>", str(run))
     out = out.replace("logs/multiruns/<time>", str(multirun)).replace("logs/study/sokoban_matrix", str(multirun))
     out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
+    out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
+    # an archive (scripts/archive_runs.sh): written into the test tree; read, it is the fixture multirun
+    archive = str(fx.root / "archive") if cmd.startswith("bash scripts/archive_runs.sh") else str(multirun)
+    out = re.sub(r"docs/results/(<name>|arena_stage\d)/runs", archive, out)
     out = out.replace("<bc run>", str(run)).replace("<run>", str(run))
     out = out.replace("<same overrides as the run>", "debug=smoke").replace("<same overrides>", "debug=smoke")
     out = out.replace("'<run>/", f"'{run}/")
