@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The arena study of docs/results.md ("The arena study"), on Sokoban with the tiny model, two runs
 # at a time on two cores (hydra/launcher=joblib_local, one torch thread each):
-#   bash scripts/arena_study.sh                 # stage 0 then stage 1, then their reports
+#   bash scripts/arena_study.sh                 # stages 0, 1 and 2, each followed by its report
 #   STAGE=0 bash scripts/arena_study.sh         # calibration only
 #   STAGE=2 bash scripts/arena_study.sh         # credit assignment on a longer-horizon Sokoban only
 # Every multirun uses ckpt_path=resume with a fixed sweep folder: after an interruption, the same

@@ -308,10 +308,7 @@ def _mean_ci(values: list[float], signed: bool = False) -> str:
 def collapse_tests(runs: Iterable[Run]) -> str:
     """Collapse counts of every pair of settings where some run collapsed, with Fisher's exact
     test (two-sided); an empty string when no run collapsed or there is one setting."""
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        if not r.bc_only:
-            groups[r.group].append(r)
+    groups = settings(r for r in runs if not r.bc_only)
     counts = {g: (sum(r.steps_to_collapse() is not None for r in m), len(m)) for g, m in groups.items()}
     names = list(counts)
     lines = ["| setting A | collapsed | setting B | collapsed | Fisher p |", "|---|---:|---|---:|---:|"]
@@ -451,9 +448,7 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if not r.bc_only]  # their steps are not RL iterations
     styles = line_styles(runs)
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        groups[r.group].append(r)
+    groups = settings(runs)
     written = []
     for stem, (title, tags) in PLOTS.items():
         if stem == "kl":
@@ -532,10 +527,7 @@ def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, list[Run]] = defaultdict(list)
-    for r in runs:
-        if r.final("val/success_rate") is not None:
-            groups[r.group].append(r)
+    groups = settings(r for r in runs if r.final("val/success_rate") is not None)
     if not groups:
         return None
     names = list(groups)
@@ -574,8 +566,9 @@ def validation_line(runs: list[Run]) -> str:
 def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``).
 
-    ``contrasts``: paired comparisons of final validation success (:func:`contrast_table`); default
-    every setting against ``algo=grpo`` when the runs have it."""
+    ``contrasts``: paired comparisons over seeds (:func:`contrast_table`), one table per measure of
+    :data:`MEASURES` that the runs logged; default every setting against ``algo=grpo`` when the
+    runs have it."""
     multirun = Path(multirun)
     runs = find_runs(multirun)
     contrasts = default_contrasts(runs) if contrasts is None else contrasts
@@ -599,8 +592,8 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         run_table(runs),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
-        *[part for measure in MEASURES if (paired := contrast_table(runs, contrasts, measure))
-          and any(MEASURES[measure](r) is not None for r in runs)
+        *[part for measure, value in MEASURES.items() if any(value(r) is not None for r in runs)
+          and (paired := contrast_table(runs, contrasts, measure))
           for part in (f"## Paired comparisons: {measure} (same seeds; t and bootstrap 95 % intervals)", paired)],
         *(["## Collapses (Fisher's exact test, two-sided; pairs where some run collapsed)", tests]
           if (tests := collapse_tests(runs)) else []),

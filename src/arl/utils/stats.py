@@ -42,8 +42,8 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _weighted_quantile(points: list[tuple[float, float]], q: float) -> float:
-    """The smallest value whose cumulative probability reaches ``q`` (points: (value, probability))."""
-    points.sort()
+    """The smallest value whose cumulative probability reaches ``q`` (points: (value, probability),
+    sorted by value)."""
     total = 0.0
     for value, p in points:
         total += p
@@ -84,9 +84,9 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, seed: int = 0) ->
     With few values it is narrower than the t interval (a resample never leaves the values' range),
     so the report shows both and a verdict reads the t interval.
     """
-    dist = bootstrap_distribution(list(values), seed)
+    dist = sorted(bootstrap_distribution(list(values), seed))
     alpha = (1.0 - level) / 2
-    return statistics.fmean(values), _weighted_quantile(list(dist), alpha), _weighted_quantile(list(dist), 1 - alpha)
+    return statistics.fmean(values), _weighted_quantile(dist, alpha), _weighted_quantile(dist, 1 - alpha)
 
 
 def fisher_exact(a: int, b: int, c: int, d: int) -> float:
@@ -114,7 +114,7 @@ def parse_contrast(spec: str) -> list[tuple[int, str]]:
     terms: list[tuple[int, str]] = []
     sign, name = 1, []
     for tok in tokens:
-        if tok in "+-" and len(tok) == 1:
+        if tok in ("+", "-"):
             if name:
                 terms.append((sign, " ".join(name)))
                 name = []
