@@ -388,6 +388,9 @@ MEASURES: dict[str, Callable[[Run], float | None]] = {
     # every iteration's training episodes (64 a time on the CPU, the same tasks for every method of a
     # seed): many more episodes than the last validation, so a tighter paired difference
     "mean training success over the run": lambda r: r.mean("rollout/success_rate"),
+    # how soon a policy answers in the format (what the stage-aware filter is for) and how much of
+    # it a collapse costs: the mean of the per-iteration valid-action ratio of the training episodes
+    "mean training valid-action ratio over the run": lambda r: r.mean("rollout/valid_action_ratio"),
 }
 
 

@@ -230,6 +230,12 @@ def test_paired_contrasts_over_shared_seeds(tmp_path):
     line = contrast_table(find_runs(root), ["algo=sampo - algo=grpo"], "mean training success over the run").splitlines()[2]
     assert line.endswith("| 1 / 0 | 9: +0.200 |")  # mean(0.2, 0.6) - mean(0.1, 0.3)
     assert "## Paired comparisons: mean training success over the run" in write_report(root, tmp_path / "o3").read_text()
+    for method, values in {"dapo_gigpo": [0.2, 0.4, 0.6], "stage_aware_gigpo": [0.5, 0.9, 1.0]}.items():
+        _write_run(root / f"algo={method},seed=9", {"val/success_rate": [(0, 0.1)],
+                                                    "rollout/valid_action_ratio": list(enumerate(values, start=1))})
+    line = contrast_table(find_runs(root), ["algo=stage_aware_gigpo - algo=dapo_gigpo"],
+                          "mean training valid-action ratio over the run").splitlines()[2]
+    assert line.endswith("| 1 / 0 | 9: +0.400 |")  # mean(0.5, 0.9, 1.0) - mean(0.2, 0.4, 0.6)
     assert main([str(root), "--out", str(tmp_path / "o2"), "--contrast", "algo=sampo - - algo=grpo"]) == 2
 
 
