@@ -4,12 +4,16 @@
 #   bash scripts/arena_study.sh                 # stages 0, 1 and 2, each followed by its report
 #   STAGE=0 bash scripts/arena_study.sh         # calibration only
 #   STAGE=2 bash scripts/arena_study.sh         # credit assignment on a longer-horizon Sokoban only
+#   STAGE=2b bash scripts/arena_study.sh        # the stage-aware filter against DAPO, from a start
+#                                               # that has not learned the answer format
 # Every multirun uses ckpt_path=resume with a fixed sweep folder: after an interruption, the same
 # command resumes the unfinished runs (finished ones stop at once). All runs start from one
 # behaviour-cloned policy (BC=<folder> to give another): the default job's BC stage, seed 1.
 # Stage 1's regime (LR, MB) is the one stage 0 chose; SEEDS are paired (every method runs every seed).
 # Stage 2 plays 7x7 rooms with two boxes and 20 turns (LONG) from its own BC start (BC2), at the
 # default CPU regime (LR2, MB2): it compares advantages and filters, not clipping under stress.
+# Stage 2b plays stage 2's Sokoban from a barely cloned start (WEAK_BC expert episodes, one epoch:
+# valid-action ratio 0.74, success 0), the regime the stage-aware filter is for (METHODS2B).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -23,18 +27,20 @@ VAL_EVERY=${VAL_EVERY:-10}
 VAL_EPISODES=${VAL_EPISODES:-64}
 METHODS=${METHODS:-grpo,gspo,cispo,sapo,cispo_seqmask,sapo_seqmask,sampo}
 # stage_aware_gigpo is dapo_gigpo while the valid-format ratio is >= 0.9, as it is from this BC start
-# (1.000): it needs a start that has not learned the format yet (docs/results.md, stage 2)
+# (1.000): it runs in stage 2b, from a start that has not learned the format yet
 METHODS2=${METHODS2:-grpo,gigpo,dapo_grpo,dapo_gigpo,sampo}
 ITERS2=${ITERS2:-60}
 LR2=${LR2:-1.0e-4}
 MB2=${MB2:-2}
 VAL_EVERY2=${VAL_EVERY2:-20}
 VAL_EPISODES2=${VAL_EPISODES2:-128}
+METHODS2B=${METHODS2B:-dapo_gigpo,stage_aware_gigpo}
+WEAK_BC=${WEAK_BC:-96}
 LONG=(env.max_turns=20 "env.kwargs.dim_room=[7,7]" env.kwargs.num_boxes=2 env.kwargs.search_depth=100 env.kwargs.max_steps=20)
 EXTRA=${EXTRA:-}
 mkdir -p "$OUT"
 BC=${BC:-$OUT/bc_start/bc_policy_hf}
-if [ "$STAGE" != 2 ]; then
+if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 and 2b have their own starts
   if [ ! -d "$BC" ]; then  # the same BC as `make train` seed 1 makes before its RL stage
     $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false hydra.run.dir="$OUT/bc_start" $EXTRA \
       > "$OUT/bc_start.out" 2>&1
@@ -73,4 +79,18 @@ if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
   $PY src/report.py "$OUT/stage2" --contrast "algo=gigpo - algo=grpo" --contrast "algo=sampo - algo=grpo" \
     --contrast "algo=dapo_grpo - algo=grpo" --contrast "algo=dapo_gigpo - algo=gigpo" \
     --contrast "algo=dapo_gigpo - algo=gigpo - algo=dapo_grpo + algo=grpo"
+fi
+if [ "$STAGE" = 2b ] || [ "$STAGE" = all ]; then
+  # stage 2b: the stage-aware filter keeps all-failure groups while the valid-action ratio is < 0.9;
+  # from stage 2's start (1.000) it is DAPO, so it runs from a start that has not learned the format
+  BC2B=${BC2B:-$OUT/bc_start_weak/bc_policy_hf}
+  if [ ! -d "$BC2B" ]; then
+    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "${LONG[@]}" bc.episodes=$WEAK_BC \
+      bc.epochs=1 bc.bootstrap.enabled=false hydra.run.dir="$OUT/bc_start_weak" $EXTRA > "$OUT/bc_start_weak.out" 2>&1
+  fi
+  BC2B=$(cd "$BC2B" && pwd)
+  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC2B" "${LONG[@]}" "seed=$SEEDS" "algo=$METHODS2B" \
+    rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
+    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/stage2b" $EXTRA > "$OUT/stage2b.out" 2>&1
+  $PY src/report.py "$OUT/stage2b" --contrast "algo=stage_aware_gigpo - algo=dapo_gigpo"
 fi

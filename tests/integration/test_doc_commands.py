@@ -380,6 +380,30 @@ def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     assert "`algo=gigpo - algo=grpo` | 0 | no setting named 'algo=gigpo'" in report  # not among the two run
 
 
+def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
+    """Stage 2b, shortened: a BC start from WEAK_BC expert episodes and one epoch on the long
+    Sokoban, DAPO-GiGPO against the stage-aware filter from it, one seed, the report's contrast."""
+    import yaml
+
+    out = tmp_path / "arena"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2b", "ITERS2": "1", "SEEDS": "1", "WEAK_BC": "8",
+           "VAL_EVERY2": "1", "VAL_EPISODES2": "2",
+           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert not (out / "bc_start").exists() and not (out / "bc_start_long").exists()
+    bc = yaml.safe_load((out / "bc_start_weak" / ".hydra" / "config.yaml").read_text())["bc"]
+    assert bc["episodes"] == 8 and bc["epochs"] == 1 and not bc["bootstrap"]["enabled"]
+    jobs = {p.name.split(",")[0]: p for p in (out / "stage2b").iterdir() if p.is_dir() and p.name != "report"}
+    assert set(jobs) == {"algo=dapo_gigpo", "algo=stage_aware_gigpo"}
+    cfg = yaml.safe_load((jobs["algo=stage_aware_gigpo"] / ".hydra" / "config.yaml").read_text())
+    assert cfg["env"]["max_turns"] == 20 and cfg["algo"]["filter"]["name"] == "stage_aware"
+    assert cfg["model"]["init_from"] == str((out / "bc_start_weak" / "bc_policy_hf").resolve())
+    report = (out / "stage2b" / "report" / "report.md").read_text()
+    assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
+
+
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):
     """The CLI itself (what the in-process checks above stand for): exit 2 and the message, in seconds."""
     _tree(tmp_path)
