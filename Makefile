@@ -73,7 +73,7 @@ mutation: install ## mutation testing of the update path (scripts/mutation.py): 
 study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 seeds, then the report (~2 h)
 	bash scripts/sokoban_study.sh
 
-arena: install ## the arena study (scripts/arena_study.sh): stage 0 calibration, stage 1 collapse and rescue, stage 2 credit assignment on a longer Sokoban; resumable (days)
+arena: install ## the arena study (scripts/arena_study.sh): stage 0 calibration, stage 1 collapse and rescue, stage 2 credit assignment on a longer Sokoban, stage 2b the stage-aware filter; resumable (days)
 	bash scripts/arena_study.sh
 
 bench: install ## print the benchmark tables
