@@ -87,6 +87,13 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         results["bc/val_success_untrained"] = run_validation(loop, c["rollout"], seed=seed)["val/success_rate"]
         console.print(f"behaviour cloning: the untrained policy succeeds on {results['bc/val_success_untrained']:.3f} of validation")
 
+    def keep(items, what: str) -> None:
+        # the data are written before each SFT round: a run stopped in an hours-long round keeps
+        # them, and `bc.dataset_path=<run>/bc_dataset.jsonl` goes on without collecting again
+        if rank_zero_only.rank == 0:
+            path = save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name)
+            console.print(f"behaviour cloning: {len(items)} episodes ({what}) saved to {path}")
+
     def fit(items, epochs: int):
         nonlocal model
         t0 = time.perf_counter()
@@ -113,6 +120,8 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
             f"behaviour cloning: {int(stats['bc/expert_episodes'])} expert episodes "
             f"({len(items)} won) in {time.perf_counter() - t0:.1f}s"
         )
+        if items:
+            keep(items, "expert")
     if not items:
         raise RuntimeError("behaviour cloning has no episode to learn from (the expert won none)")
     if int(bc["epochs"]) > 0:
@@ -132,6 +141,7 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         )
         if res.kept:
             items = items + res.kept
+            keep(items, "expert and self-bootstrapped")
             results["bc/samples"] = float(fit(items, int(boot["epochs"])))
 
     dag = bc.get("dagger") or {}
@@ -147,6 +157,7 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
             f"in {time.perf_counter() - t0:.1f}s"
         )
         items = items + res.labelled
+        keep(items, f"with DAgger round {k + 1}")
         results["bc/samples"] = float(fit(items, int(dag["epochs"])))
     results["bc/episodes"] = float(len(items))
     if rank_zero_only.rank == 0:

@@ -75,6 +75,24 @@ def test_bc_from_a_saved_dataset_trains_on_its_episodes(bc_run, tmp_path):
     assert read_header(tmp_path / "bc_dataset.jsonl")["sources"] == read_header(out / "bc_dataset.jsonl")["sources"]
 
 
+def test_a_run_stopped_during_sft_keeps_its_expert_data(tmp_path, monkeypatch, tiny):
+    """The dataset is written before each SFT round, so a run stopped in a long round (here the
+    round raises, as a kill would stop it) leaves the collected episodes to continue from."""
+    import arl.bc_stage
+    from arl.pipeline import train
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt("stopped during SFT")
+
+    monkeypatch.setattr(arl.bc_stage, "_fit_bc_round", stopped)
+    cfg = compose(["experiment=bc_sokoban", *SMALL, "bc.episodes=12", "bc.val_untrained=false"], output_dir=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    assert read_header(tmp_path / "bc_dataset.jsonl")["sources"] == {"expert": 12, "self": 0, "dagger": 0}
+    assert len(load_episodes(tmp_path / "bc_dataset.jsonl", tiny[1], "turn", "sokoban")) == 12
+    assert not (tmp_path / "bc_policy_hf").exists()
+
+
 def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):
     from arl.pipeline import train
 
