@@ -48,6 +48,11 @@ if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 a
   BC=$(cd "$BC" && pwd)
 fi
 COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small ckpt_path=resume)
+long_multirun() {  # <BC start> <methods> <sweep name>: stage 2's protocol on the long Sokoban
+  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$1" "${LONG[@]}" "seed=$SEEDS" "algo=$2" \
+    rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
+    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/$3" $EXTRA > "$OUT/$3.out" 2>&1
+}
 
 if [ "$STAGE" = 0 ] || [ "$STAGE" = all ]; then
   # stage 0: where does IS clipping act? token clip (GRPO), sequence clip (GSPO), CISPO's cap
@@ -73,9 +78,7 @@ if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
       hydra.run.dir="$OUT/bc_start_long" $EXTRA > "$OUT/bc_start_long.out" 2>&1
   fi
   BC2=$(cd "$BC2" && pwd)
-  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC2" "${LONG[@]}" "seed=$SEEDS" "algo=$METHODS2" \
-    rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
-    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/stage2" $EXTRA > "$OUT/stage2.out" 2>&1
+  long_multirun "$BC2" "$METHODS2" stage2
   $PY src/report.py "$OUT/stage2" --contrast "algo=gigpo - algo=grpo" --contrast "algo=sampo - algo=grpo" \
     --contrast "algo=dapo_grpo - algo=grpo" --contrast "algo=dapo_gigpo - algo=gigpo" \
     --contrast "algo=dapo_gigpo - algo=gigpo - algo=dapo_grpo + algo=grpo"
@@ -89,8 +92,6 @@ if [ "$STAGE" = 2b ] || [ "$STAGE" = all ]; then
       bc.epochs=1 bc.bootstrap.enabled=false hydra.run.dir="$OUT/bc_start_weak" $EXTRA > "$OUT/bc_start_weak.out" 2>&1
   fi
   BC2B=$(cd "$BC2B" && pwd)
-  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC2B" "${LONG[@]}" "seed=$SEEDS" "algo=$METHODS2B" \
-    rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
-    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/stage2b" $EXTRA > "$OUT/stage2b.out" 2>&1
+  long_multirun "$BC2B" "$METHODS2B" stage2b
   $PY src/report.py "$OUT/stage2b" --contrast "algo=stage_aware_gigpo - algo=dapo_gigpo"
 fi

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run)")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")
     ap.add_argument("--contrast", action="append", default=None, metavar="SPEC",
-                    help='a paired comparison over seeds (final validation and mean training success), "A - B" or '
+                    help='a paired comparison over seeds (one table per measure of arl.report.MEASURES), "A - B" or '
                          '"A - B - C + D" with settings named as in the report (repeatable; default: every '
                          'setting against algo=grpo)')
     args = ap.parse_args(argv)

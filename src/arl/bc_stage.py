@@ -87,12 +87,16 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         results["bc/val_success_untrained"] = run_validation(loop, c["rollout"], seed=seed)["val/success_rate"]
         console.print(f"behaviour cloning: the untrained policy succeeds on {results['bc/val_success_untrained']:.3f} of validation")
 
+    saved = None  # the items list last written to <run>/bc_dataset.jsonl
+
     def keep(items, what: str) -> None:
+        nonlocal saved
         # the data are written before each SFT round: a run stopped in an hours-long round keeps
         # them, and `bc.dataset_path=<run>/bc_dataset.jsonl` goes on without collecting again
         if rank_zero_only.rank == 0:
             path = save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name)
             console.print(f"behaviour cloning: {len(items)} episodes ({what}) saved to {path}")
+        saved = items
 
     def fit(items, epochs: int):
         nonlocal model
@@ -161,7 +165,10 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         results["bc/samples"] = float(fit(items, int(dag["epochs"])))
     results["bc/episodes"] = float(len(items))
     if rank_zero_only.rank == 0:
-        results["bc_dataset"] = str(save_episodes(out_dir / "bc_dataset.jsonl", items, tokenizer, loop.sample_mode, loop.env_name))
+        path = out_dir / "bc_dataset.jsonl"
+        if saved is not items:  # a given dataset is copied in; new data were written before their round
+            path = save_episodes(path, items, tokenizer, loop.sample_mode, loop.env_name)
+        results["bc_dataset"] = str(path)
         results["bc_policy_hf"] = str(save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf"))
     return results, model
 
