@@ -92,3 +92,37 @@ def test_trajectory_mode_with_env_workers_trains(tmp_path):
     # one sample per episode (2 groups x 2), several turns each
     assert scalars["train/samples"] == 4 and scalars["train/turns"] > scalars["train/samples"]
     assert scalars["rollout/env_errors"] == 0 and scalars["rollout/env_worker_restarts"] == 0
+
+
+def test_validation_reports_success_per_task_type(tmp_path):
+    """RL validation logs ``val/success_rate/<type>`` for an env with several task types (MATH's
+    arithmetic and algebra here, ALFWorld's six in the study): one tag per type among the held-out
+    episodes, each a rate, and the overall rate within their range."""
+    from arl.datamodules.rollout_datamodule import val_task_seeds
+    from arl.envs.registry import make_env
+    from arl.pipeline import train
+    from scale_helpers import tb_scalars
+
+    episodes = 8
+    cfg = compose(["debug=smoke", "env=math_tool", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1",
+                   f"rollout.val_episodes={episodes}", "rollout.max_new_tokens=8", "env.max_turns=2",
+                   "algo.filter.name=none"], output_dir=str(tmp_path))
+    train(cfg)
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    types = set()
+    for seed in val_task_seeds(episodes):
+        _, info = env.reset(seed)
+        types.add(info["task_type"])
+    assert len(types) == 2, types  # the test needs both of MATH's types among its held-out problems
+    scalars = tb_scalars(tmp_path / "tensorboard" / "rl")
+    per_type = {tag.rsplit("/", 1)[1]: values for tag, values in scalars.items() if tag.startswith("val/success_rate/")}
+    assert set(per_type) == types
+    for values in per_type.values():  # before RL (iteration 0) and after it
+        assert [s for s, _ in values] == [0, 1] and all(0.0 <= v <= 1.0 for _, v in values)
+    overall = dict(scalars["val/success_rate"])
+    for step in (0, 1):
+        rates = [dict(v)[step] for v in per_type.values()]
+        assert min(rates) - 1e-6 <= overall[step] <= max(rates) + 1e-6
+    protocols = ("val_sampled/success_rate/", "val_greedy/success_rate/")
+    named = {tag.rsplit("/", 1)[1] for tag in scalars if tag.startswith(protocols)}
+    assert named == types  # also under the name that says how validation sampled

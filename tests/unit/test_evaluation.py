@@ -70,3 +70,14 @@ def test_sampled_validation_is_reproducible_named_and_leaves_the_training_stream
     assert first["val_sampled/success_rate"] == first["val/success_rate"] and not any(k.startswith("val_greedy/") for k in first)
     assert greedy["val_greedy/valid_action_ratio"] == greedy["val/valid_action_ratio"]
     assert not any(k.startswith("val_sampled/") for k in greedy)
+
+
+def test_success_by_type_sums_the_ranks_counts():
+    from arl.agent.metrics import success_by_type
+
+    rank0 = {"heat": (1, 2), "cool": (0, 1)}
+    rank1 = {"heat": (2, 2), "look": (1, 4)}
+    assert success_by_type([rank0, rank1]) == {
+        "val/success_rate/cool": 0.0, "val/success_rate/heat": 0.75, "val/success_rate/look": 0.25}
+    assert success_by_type([{"sokoban": (3, 4)}], prefix="rollout/") == {}  # one type: the overall rate says it
+    assert success_by_type([]) == {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 from arl.agent.records import Episode
 
@@ -34,3 +34,17 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> di
         for task_type, wins in sorted(by_type.items()):
             out[f"{prefix}success_rate/{task_type}"] = sum(wins) / len(wins)
     return out
+
+
+def success_by_type(counts: Iterable[Mapping[str, Sequence[int]]], prefix: str = "val/") -> dict[str, float]:
+    """``{prefix}success_rate/<type>`` from per-rank ``{task type: (won, played)}`` counts, summed
+    over the mappings; empty when the episodes have fewer than two task types (as
+    :func:`episode_metrics`: one type's rate is the overall one)."""
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for mapping in counts:
+        for task_type, (won, played) in mapping.items():
+            totals[task_type][0] += int(won)
+            totals[task_type][1] += int(played)
+    if len(totals) < 2:
+        return {}
+    return {f"{prefix}success_rate/{t}": won / played for t, (won, played) in sorted(totals.items()) if played}

@@ -19,6 +19,7 @@ import torch
 from lightning import LightningModule
 from torchmetrics import MeanMetric
 
+from arl.agent.metrics import success_by_type
 from arl.algos import advantages, diagnostics, filters, kl
 from arl.algos import objective as objective_lib
 from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
@@ -113,6 +114,7 @@ class AgenticRLModule(LightningModule):
         self.val_success = MeanMetric()
         self.val_return = MeanMetric()
         self.val_valid = MeanMetric()
+        self.val_by_type: dict[str, list[int]] = {}  # task type -> [won, played] of this rank's validation
 
     # ----------------------------------------------------------------- optimisation set-up
     def configure_optimizers(self):
@@ -484,6 +486,10 @@ class AgenticRLModule(LightningModule):
         if played.any():
             turns = r["turns"][played].float()
             self.val_valid.update(r["valid_turns"][played].float() / turns, weight=turns)
+        for task_type, won in zip(batch.task_types, r["won"].tolist()):
+            counts = self.val_by_type.setdefault(task_type, [0, 0])
+            counts[0] += int(won)
+            counts[1] += 1
 
     def on_validation_epoch_end(self):
         values = {
@@ -496,12 +502,14 @@ class AgenticRLModule(LightningModule):
         # the RL iteration, for checkpoint names (callbacks.model_checkpoint: best-iter<k>.ckpt)
         self.log("iteration", float(self.iteration), on_step=False, on_epoch=True, logger=False)
         self.last_val = {k: float(v) for k, v in values.items()}
+        self.last_val.update(success_by_type(dist_utils.all_gather_object(self.val_by_type)))
         self.last_val_iteration = self.iteration
         protocol = getattr(self, "val_protocol", "")  # the same values under a name that says how they were sampled
         named = {f"{protocol}/{k[4:]}": v for k, v in self.last_val.items()} if protocol else {}
         self._log_at_iteration({**self.last_val, **named})
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
+        self.val_by_type = {}
 
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
