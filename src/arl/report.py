@@ -367,6 +367,29 @@ def group_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
+def type_table(runs: Iterable[Run]) -> str:
+    """Validation success per task type of each setting (envs with several types: ALFWorld's six):
+    ``start -> final`` with the final's 95 % t interval over the seeds, and the gain per type.
+    An empty string when no run logged ``val/success_rate/<type>``."""
+    runs = [r for r in runs if not r.bc_only]
+    types = sorted({t for r in runs for t in r.task_types()})
+    if not types:
+        return ""
+    lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
+    for name, members in settings(runs).items():
+        cells = []
+        for t in types:
+            tag = f"val/success_rate/{t}"
+            starts = [v for v in (r.first(tag) for r in members) if v is not None]
+            finals = [v for v in (r.final(tag) for r in members) if v is not None]
+            gains = [v for v in (r.gain(tag) for r in members) if v is not None]
+            start = f"{sum(starts) / len(starts):.3f} -> " if starts else ""
+            gain = f" (gain {_mean_ci(gains, signed=True)})" if gains else ""
+            cells.append(f"{start}{_mean_ci(finals)}{gain}" if finals else "-")
+        lines.append(f"| `{name}` | {len(members)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def default_contrasts(runs: list[Run]) -> list[str]:
     """Every setting against the paper's baseline, ``algo=grpo`` with the rest of its label equal,
     when the runs have it (``algo=sampo - algo=grpo``, ...); none otherwise."""
@@ -595,6 +618,8 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         run_table(runs),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
+        *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]
+          if (types := type_table(runs)) else []),
         *[part for measure, value in MEASURES.items() if any(value(r) is not None for r in runs)
           and (paired := contrast_table(runs, contrasts, measure))
           for part in (f"## Paired comparisons: {measure} (same seeds; t and bootstrap 95 % intervals)", paired)],

@@ -110,6 +110,8 @@ SKIPPED = (
     ("bash scripts/sokoban_study.sh", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"),
     ("bash scripts/arena_study.sh", "run shortened by test_arena_study_runs_shortened_and_resumes"),
     ("STAGE=", "the arena script for one stage (run shortened by test_arena_study_runs_shortened_and_resumes)"),
+    ("bash scripts/alfworld_study.sh", "run shortened by test_alfworld_study_runs_shortened"),
+    ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
     ("sbatch ", "submits to a SLURM cluster (none here)"),
     ("hydra/launcher=slurm", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"),
@@ -139,7 +141,7 @@ def plan(cmd: str) -> tuple[str, str]:
             return "run", "its script with --check: every named mutant still matches the code"
         return "make", f"the train.py commands of make {target}'s recipe, dry-run"
     if "$s" in cmd or "$PWD" in cmd or "$OUT" in cmd:
-        return "skip", "shows what scripts/sokoban_study.sh runs (run shortened by the study test)"
+        return "skip", "holds a shell variable: a line of a study script or a path of this machine (the scripts run shortened by their tests)"
     for marker, reason in SKIPPED:
         if c.startswith(marker) or (marker.startswith("hydra/") and marker in c):
             return "skip", reason
@@ -402,6 +404,39 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     assert cfg["model"]["init_from"] == str((out / "bc_start_weak" / "bc_policy_hf").resolve())
     report = (out / "stage2b" / "report" / "report.md").read_text()
     assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
+
+
+def test_alfworld_study_runs_shortened(tmp_path):
+    """``scripts/alfworld_study.sh`` on a fresh tree, shortened, on the real alfworld engine: the BC start
+    with the cpu_small recipe (notes, the 20000-game pool), SAMPO and GRPO from it on one seed, the
+    report with the per-type table and the SAMPO - GRPO contrast."""
+    import importlib.util
+
+    import yaml
+
+    if importlib.util.find_spec("alfworld") is None:  # not imported: importing alfworld sets $ALFWORLD_DATA
+        pytest.skip("needs the alfworld package (pip install 'arl[alfworld]')")
+
+    out = tmp_path / "alfworld"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4",
+           # the expert needs up to ~25 turns to win its games; everything else as small as it goes
+           "EXTRA": "bc.episodes=4 bc.epochs=1 rollout.val_episodes=4 env.max_turns=25 rollout.groups_per_step=2 "
+                    "rollout.group_size=2 rollout.max_new_tokens=12"}
+    env.pop("ALFWORLD_DATA", None)  # generated games (an earlier import of alfworld in this session may have set it)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    bc = yaml.safe_load((out / "bc" / ".hydra" / "config.yaml").read_text())
+    assert bc["env"]["kwargs"]["notes"] and bc["env"]["kwargs"]["num_games"] == {"train": 20000}
+    assert not bc["bc"]["bootstrap"]["enabled"] and not bc["bc"]["dagger"]["enabled"]
+    jobs = {p.name.split(",")[0]: p for p in (out / "rl").iterdir() if p.is_dir() and p.name != "report"}
+    assert set(jobs) == {"algo=sampo", "algo=grpo"}
+    cfg = yaml.safe_load((jobs["algo=grpo"] / ".hydra" / "config.yaml").read_text())
+    assert cfg["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve())
+    assert cfg["rollout"]["val_episodes"] == 4 and cfg["env"]["kwargs"]["notes"]
+    report = (out / "rl" / "report" / "report.md").read_text()
+    assert "`algo=sampo - algo=grpo` | 1 |" in report
+    assert "## Success per task type" in report  # four held-out games of several types
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

@@ -271,3 +271,28 @@ def test_smoothing_is_a_centred_moving_average():
     series = [(1, 0.0), (2, 1.0), (3, 0.0), (4, 1.0), (5, float("nan"))]
     assert smooth(series, 3) == [(1, 0.5), (2, pytest.approx(1 / 3)), (3, pytest.approx(2 / 3)), (4, 0.5), (5, 1.0)]
     assert smooth(series, 1) == series and smooth([], 5) == []
+
+
+def test_success_per_task_type_from_start_to_final(tmp_path):
+    from arl.report import type_table
+
+    root = tmp_path / "m"
+    for seed, (heat, look) in enumerate([((0.5, 0.75), (0.2, 0.2)), ((0.5, 0.25), (0.4, 0.6))], start=1):
+        _write_run(root / f"algo=sampo,seed={seed}", {
+            "val/success_rate": [(0, 0.4), (30, 0.5)],
+            "val/success_rate/heat": [(0, heat[0]), (30, heat[1])],
+            "val/success_rate/look": [(0, look[0]), (30, look[1])],
+        })
+    _write_run(root / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.4), (30, 0.3)]})  # no per-type tags
+    lines = type_table(find_runs(root)).splitlines()
+    assert lines[0] == "| setting | seeds | heat | look |"
+    # heat: start 0.5, finals 0.75 and 0.25 (mean 0.5, std 0.354, t(1) 12.706 -> +-3.177), gains +0.25, -0.25
+    half = 12.706 * math.sqrt(0.125) / math.sqrt(2)
+    assert lines[2] == "| `algo=grpo` | 1 | - | - |"  # runs sort by name
+    row = lines[3]
+    assert row.startswith(f"| `algo=sampo` | 2 | 0.500 -> 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] (gain +0.000 [")
+    assert "| 0.300 -> 0.400 [" in row and "(gain +0.100 [" in row  # look: starts 0.2, 0.4; finals 0.2, 0.6
+    assert "## Success per task type" in write_report(root, tmp_path / "out").read_text()
+    _write_run(tmp_path / "n" / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.4)]})
+    assert type_table(find_runs(tmp_path / "n")) == ""
+    assert "## Success per task type" not in write_report(tmp_path / "n", tmp_path / "out2").read_text()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 22's ALFWorld study (docs/results.md, "ALFWorld: from behaviour cloning to RL"): the tiny model
+# cloned with the cpu_small recipe (debug/budget/cpu_small_alfworld.yaml: 1200 expert games, notes,
+# 4 epochs), then RL from that one policy with each method on the same paired seeds, then the report
+# (gain over the BC start with its interval, success per task type, SAMPO against GRPO):
+#   bash scripts/alfworld_study.sh                                   # BC (unless $BC exists), RL, report
+#   BC=logs/starts/alfworld_notes_1200_bc bash scripts/alfworld_study.sh   # RL from an earlier BC policy
+# The RL runs are one Hydra multirun (hydra/launcher=joblib_local, N_JOBS at a time, seed first: every
+# method finishes seed 1 before seed 2) with ckpt_path=resume in a fixed sweep folder: the same command
+# resumes an interrupted study. A run is about 30 iterations x 5-6 min on one core (docs/results.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-logs/alfworld_study}
+SEEDS=${SEEDS:-1,2,3}
+METHODS=${METHODS:-sampo,grpo}
+ITERS=${ITERS:-30}
+VAL_EVERY=${VAL_EVERY:-15}
+VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's generated pool is 140)
+N_JOBS=${N_JOBS:-1}
+EXTRA=${EXTRA:-}
+mkdir -p "$OUT"
+BC=${BC:-$OUT/bc/bc_policy_hf}
+if [ ! -d "$BC" ]; then
+  $PY src/train.py experiment=bc_alfworld debug=cpu_small seed=1 hydra.run.dir="$OUT/bc" $EXTRA > "$OUT/bc.out" 2>&1
+fi
+BC=$(cd "$BC" && pwd)
+$PY src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
+  ckpt_path=resume "model.init_from=$BC" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
+  rollout.val_episodes="$VAL_EPISODES" hydra.sweep.dir="$OUT/rl" $EXTRA > "$OUT/rl.out" 2>&1
+$PY src/report.py "$OUT/rl" --contrast "algo=sampo - algo=grpo"
