@@ -212,6 +212,7 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/multiruns/<time>", str(multirun)).replace("logs/study/sokoban_matrix", str(multirun))
     out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
     out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
+    out = out.replace("logs/alfworld/study/rl", str(multirun))
     # an archive (scripts/archive_runs.sh): written into the test tree; read, it is the fixture multirun
     archive = str(fx.root / "archive") if cmd.startswith("bash scripts/archive_runs.sh") else str(multirun)
     out = re.sub(r"docs/results/(<name>|arena_stage\d)/runs", archive, out)
