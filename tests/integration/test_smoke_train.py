@@ -109,10 +109,11 @@ def test_validation_reports_success_per_task_type(tmp_path):
                    "algo.filter.name=none"], output_dir=str(tmp_path))
     train(cfg)
     env = make_env(cfg.env.name, **cfg.env.kwargs)
-    types = set()
+    type_of = {}
     for seed in val_task_seeds(episodes):
         _, info = env.reset(seed)
-        types.add(info["task_type"])
+        type_of[seed] = info["task_type"]
+    types = set(type_of.values())
     assert len(types) == 2, types  # the test needs both of MATH's types among its held-out problems
     scalars = tb_scalars(tmp_path / "tensorboard" / "rl")
     per_type = {tag.rsplit("/", 1)[1]: values for tag, values in scalars.items() if tag.startswith("val/success_rate/")}
@@ -126,3 +127,12 @@ def test_validation_reports_success_per_task_type(tmp_path):
     protocols = ("val_sampled/success_rate/", "val_greedy/success_rate/")
     named = {tag.rsplit("/", 1)[1] for tag in scalars if tag.startswith(protocols)}
     assert named == types  # also under the name that says how validation sampled
+    # each validation's episodes, one line each, sorted by task seed: the same games both times
+    for step in (0, 1):
+        rows = [json.loads(line) for line in (tmp_path / "val_episodes" / f"iter{step}.jsonl").read_text().splitlines()]
+        assert [r["seed"] for r in rows] == sorted(type_of)
+        assert all(r["task_type"] == type_of[r["seed"]] and r["turns"] >= 1 for r in rows)
+        assert sum(r["won"] for r in rows) / len(rows) == pytest.approx(overall[step])
+        for t in types:
+            won = [r["won"] for r in rows if r["task_type"] == t]
+            assert sum(won) / len(won) == pytest.approx(dict(per_type[t])[step])

@@ -4,6 +4,7 @@ validation episodes; logged metrics are global; checkpoints and the HF export ar
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,12 @@ def test_two_process_lane_trains_validates_and_exports(lanes, trainer):
     assert all(v == 2.0 for _, v in scalars["filter/kept_groups"])
     assert all(4.0 <= v <= 8.0 for _, v in scalars["train/samples"])
     assert proc.stdout.count("ARL run summary") == 1  # rank 0 alone reports
+    # each validation's episodes: both ranks' shares gathered, one file written by rank 0
+    from arl.datamodules.rollout_datamodule import val_task_seeds
+
+    for step in (0, 2):
+        lines = (run_dir / "val_episodes" / f"iter{step}.jsonl").read_text().splitlines()
+        assert sorted(json.loads(line)["seed"] for line in lines) == sorted(val_task_seeds(4))
     last = run_dir / "checkpoints" / "last.ckpt"
     if trainer == "fsdp2_cpu":  # sharded checkpoint: one shard file per rank
         assert last.is_dir() and len(list(last.glob("*.distcp"))) == 2 and (last / "meta.pt").exists()

@@ -1,9 +1,11 @@
-"""Lightning callbacks: progress lines, weight sync, per-iteration checkpoints, collapse detector."""
+"""Lightning callbacks: progress lines, weight sync, per-iteration checkpoints, collapse detector,
+validation episodes."""
 
 from arl.callbacks.checkpoint import IterationCheckpoint
 from arl.callbacks.collapse import CollapseDetector
 from arl.callbacks.progress import IterationLog
 from arl.callbacks.threads import ThreadRebalance
+from arl.callbacks.val_episodes import ValidationEpisodes
 from arl.callbacks.weight_sync import WeightSync
 
-__all__ = ["CollapseDetector", "IterationCheckpoint", "IterationLog", "ThreadRebalance", "WeightSync"]
+__all__ = ["CollapseDetector", "IterationCheckpoint", "IterationLog", "ThreadRebalance", "ValidationEpisodes", "WeightSync"]

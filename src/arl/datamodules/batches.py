@@ -59,13 +59,14 @@ class ValidationBatch:
     """Held-out episodes (this rank's share): ``results`` has (E,) ``won`` (bool), ``ret``
     (float), ``turns`` and ``valid_turns`` (int64) of the episodes without an environment error;
     ``protocol`` is ``val_sampled`` or ``val_greedy``; ``task_types`` names each row's task type
-    (ALFWorld's six, MATH's two; empty when the batch predates it)."""
+    (ALFWorld's six, MATH's two) and ``seeds`` its task seed (both empty when the batch predates them)."""
 
     results: dict[str, torch.Tensor]
     iteration: int
     seconds: float = 0.0
     protocol: str = ""
     task_types: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
 
 
 def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:

@@ -133,8 +133,9 @@ class _ValStream(IterableDataset):
         for eps, seconds in validation_episodes(
             dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world, dm.seed
         ):
-            types = tuple(e.task_type for e in eps if not e.env_error)  # the rows of episode_table
-            yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol, types)
+            good = [e for e in eps if not e.env_error]  # the rows of episode_table
+            yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
+                                  tuple(e.task_type for e in good), tuple(int(e.seed) for e in good))
 
 
 class RolloutDataModule(LightningDataModule):
