@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci, parse_contrast, t975
+from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mcnemar_exact, mean_ci, parse_contrast, t975
 
 __all__ = ["Run", "find_runs", "write_report", "run_table", "group_table", "contrast_table", "collapse_tests",
            "fisher_exact", "mean_ci", "t975", "bootstrap_ci"]
@@ -83,6 +83,7 @@ class Run:
     bc_only: bool = False  # a behaviour-cloning run (bc_results.json, no RL curves)
     val_episodes: int | None = None  # rollout.val_episodes of the run's config
     best_checkpoint: str | None = None  # checkpoints/best-iter<k>.ckpt (the iteration of the best validation)
+    games: dict[int, dict[int, bool]] = field(default_factory=dict)  # iteration -> task seed -> won (val_episodes/)
 
     @property
     def label(self) -> str:
@@ -225,7 +226,7 @@ def find_runs(multirun: Path) -> list[Run]:
         bc_only = (sub / "bc_results.json").exists() and not (sub / "tensorboard" / "rl").exists()
         scalars = bc_scalars(sub / "bc_results.json") if bc_only else read_scalars(sub)
         runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only, val_episodes=_val_episodes(sub),
-                        best_checkpoint=best_checkpoint(sub)))
+                        best_checkpoint=best_checkpoint(sub), games=read_games(sub)))
     if not runs:
         raise FileNotFoundError(f"{multirun} holds no run folders with TensorBoard events")
     common = common_overrides(runs)
@@ -243,6 +244,48 @@ def best_checkpoint(run_dir: Path) -> str | None:
         return best[-1].name
     record = run_dir / "best_checkpoint.txt"
     return record.read_text().strip() or None if record.exists() else None
+
+
+def read_games(run_dir: Path) -> dict[int, dict[int, bool]]:
+    """``{iteration: {task seed: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes)."""
+    import json
+
+    out = {}
+    for path in (run_dir / "val_episodes").glob("iter*.jsonl"):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[int(path.stem[4:])] = {int(r["seed"]): bool(r["won"]) for r in rows if r.get("seed") is not None}
+    return dict(sorted(out.items()))
+
+
+def paired_games(run: Run) -> tuple[int, int, int, int, int] | None:
+    """(games, won at the start, won at the last validation, gained, lost) over the held-out games
+    both validations played: ``gained`` failed at the start (iteration 0, before RL) and won last,
+    ``lost`` the reverse. None without the episodes of the start and of a later validation."""
+    if 0 not in run.games or len(run.games) < 2:
+        return None
+    first, last = run.games[0], run.games[max(run.games)]
+    seeds = sorted(set(first) & set(last))
+    gained = sum(not first[s] and last[s] for s in seeds)
+    lost = sum(first[s] and not last[s] for s in seeds)
+    return len(seeds), sum(first[s] for s in seeds), sum(last[s] for s in seeds), gained, lost
+
+
+def games_table(runs: Iterable[Run]) -> str:
+    """Game by game, the start (iteration 0) against the last validation (the same held-out games; val_episodes/), per
+    setting summed over its seeds: games won before and after, the games RL gained and lost, and
+    McNemar's exact test on those discordant pairs. Pooling the seeds' games treats each game of
+    each seed as one pair, so it speaks of these games, not of the spread between seeds (the
+    settings table's gain interval does). An empty string when no run has two validations' episodes."""
+    lines = ["| setting | seeds | games | won at start | won last | gained | lost | McNemar p |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, members in settings(r for r in runs if not r.bc_only).items():
+        pairs = [p for p in (paired_games(r) for r in members) if p is not None]
+        if not pairs:
+            continue
+        n, first, last, gained, lost = (sum(col) for col in zip(*pairs))
+        lines.append(f"| `{name}` | {len(pairs)} | {n} | {first} ({first / n:.3f}) | {last} ({last / n:.3f}) | "
+                     f"{gained} | {lost} | {mcnemar_exact(gained, lost):.3g} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def _val_episodes(run_dir: Path) -> int | None:
@@ -620,6 +663,8 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         group_table(runs),
         *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]
           if (types := type_table(runs)) else []),
+        *(["## Game by game (start against last validation, the same held-out games; seeds pooled)", games]
+          if (games := games_table(runs)) else []),
         *[part for measure, value in MEASURES.items() if any(value(r) is not None for r in runs)
           and (paired := contrast_table(runs, contrasts, measure))
           for part in (f"## Paired comparisons: {measure} (same seeds; t and bootstrap 95 % intervals)", paired)],

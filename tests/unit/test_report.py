@@ -296,3 +296,45 @@ def test_success_per_task_type_from_start_to_final(tmp_path):
     _write_run(tmp_path / "n" / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.4)]})
     assert type_table(find_runs(tmp_path / "n")) == ""
     assert "## Success per task type" not in write_report(tmp_path / "n", tmp_path / "out2").read_text()
+
+
+def test_mcnemar_exact_by_hand():
+    from arl.utils.stats import mcnemar_exact
+
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # both tails of Bin(5, 1/2): 2 x 1/32
+    assert mcnemar_exact(1, 7) == pytest.approx(2 * (1 + 8) / 256)  # P(X <= 1), X ~ Bin(8, 1/2), twice
+    assert mcnemar_exact(7, 1) == mcnemar_exact(1, 7)
+
+
+def test_game_by_game_pairs_the_first_and_last_validation(tmp_path):
+    import json
+
+    from arl.report import games_table, paired_games
+
+    root = tmp_path / "m"
+    outcomes = {  # seed -> (won at iteration 0, won at iteration 30) per task seed
+        1: {100: (0, 1), 101: (0, 1), 102: (1, 1), 103: (1, 0)},
+        2: {100: (0, 1), 101: (0, 0), 102: (0, 1), 104: (1, 1)},
+    }
+    for seed, games in outcomes.items():
+        run = root / f"algo=sampo,seed={seed}"
+        _write_run(run, {"val/success_rate": [(0, 0.5), (30, 0.75)]})
+        (run / "val_episodes").mkdir()
+        for step, col in ((0, 0), (15, None), (30, 1)):
+            rows = [{"seed": s, "task_type": "heat", "won": bool(w[col] if col is not None else 0)} for s, w in games.items()]
+            (run / "val_episodes" / f"iter{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _write_run(root / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.5), (30, 0.5)]})  # no episodes: no row
+    late = root / "algo=grpo,seed=2"  # episodes from iteration 15 on only (a resumed run): no start to pair with
+    _write_run(late, {"val/success_rate": [(0, 0.5), (30, 0.5)]})
+    (late / "val_episodes").mkdir()
+    for step in (15, 30):
+        (late / "val_episodes" / f"iter{step}.jsonl").write_text(json.dumps({"seed": 100, "won": True}) + "\n")
+    runs = find_runs(root)
+    by_seed = {r.overrides.get("seed"): paired_games(r) for r in runs if r.group == "algo=sampo"}
+    assert by_seed == {"1": (4, 2, 3, 2, 1), "2": (4, 1, 3, 2, 0)}  # iteration 15 is neither first nor last
+    lines = games_table(runs).splitlines()
+    assert len(lines) == 3  # grpo has no start episodes
+    assert lines[2] == f"| `algo=sampo` | 2 | 8 | 3 (0.375) | 6 (0.750) | 4 | 1 | {2 * 6 / 32:.3g} |"
+    assert "## Game by game" in write_report(root, tmp_path / "out").read_text()

@@ -103,6 +103,18 @@ def fisher_exact(a: int, b: int, c: int, d: int) -> float:
     return min(1.0, sum(p for p in (prob(x) for x in range(lo, hi + 1)) if p <= observed * (1 + 1e-9)))
 
 
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided p-value of McNemar's exact test on paired binary outcomes: of the discordant pairs
+    (``gained``: failed before, won after; ``lost``: the reverse), is either direction more common
+    than a fair coin gives? Twice the smaller binomial(n, 1/2) tail, at most 1; 1 with no discordant pair."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    k = min(gained, lost)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
 def parse_contrast(spec: str) -> list[tuple[int, str]]:
     """``"A - B"`` -> ``[(+1, "A"), (-1, "B")]``; terms are separated by `` + `` or `` - `` (with
     spaces, so a setting's own ``-`` or ``+`` stays in its name), the first may carry a sign.
