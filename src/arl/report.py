@@ -622,6 +622,54 @@ def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
     return path
 
 
+def plot_types(runs: list[Run], out_dir: Path) -> Path | None:
+    """Bar chart of the final validation success per task type, one bar per setting in each type's
+    group (seed mean, each seed a dot), the setting's mean start success as a dashed tick; None when
+    no run logged per-type success (``val/success_rate/<type>``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [r for r in runs if not r.bc_only]
+    types = sorted({t for r in runs for t in r.task_types()})
+    if not types:
+        return None
+    groups = settings(runs)
+    names = list(groups)
+    colours = plt.get_cmap("tab10").colors
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(types) * max(1, len(names) / 2) + 2), 4.4))
+    for j, name in enumerate(names):
+        colour = colours[j % len(colours)]
+        for i, t in enumerate(types):
+            tag = f"val/success_rate/{t}"
+            finals = [v for v in (r.final(tag) for r in groups[name]) if v is not None]
+            starts = [v for v in (r.first(tag) for r in groups[name]) if v is not None]
+            if not finals:
+                continue
+            x = i - 0.4 + width * (j + 0.5)
+            ax.bar(x, statistics.mean(finals), width=width * 0.9, color=colour, alpha=0.55,
+                   label=name if i == 0 else None)
+            ax.scatter([x] * len(finals), finals, color=colour, s=12, zorder=3)
+            if starts:
+                ax.hlines(statistics.mean(starts), x - width * 0.45, x + width * 0.45, colors="black",
+                          linestyles="--", lw=1.1, label="start (mean)" if i == 0 and j == 0 else None)
+    ax.set_xticks(range(len(types)))
+    ax.set_xticklabels([t.replace("_", " ") for t in types], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("final validation success")
+    ax.set_ylim(0, 1.05)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=min(4, len(names) + 1))
+    ax.set_title("final validation success per task type (bar: seed mean, dots: seeds, dashes: start)", fontsize=10)
+    fig.tight_layout()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "success_by_type.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def validation_line(runs: list[Run]) -> str:
     """How many episodes each validation played, and each run's best checkpoint (by iteration)."""
     sizes = sorted({r.val_episodes for r in runs if r.val_episodes})
@@ -648,6 +696,9 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
     bars = plot_settings(runs, out_dir)
     if bars is not None:
         plots.insert(0, bars)
+    by_type = plot_types(runs, out_dir)
+    if by_type is not None:
+        plots.insert(1 if bars is not None else 0, by_type)
     parts = [
         f"# Report: {multirun.name}",
         f"{len(runs)} runs from `{multirun}`. Success is the validation success rate "

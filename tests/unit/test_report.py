@@ -292,10 +292,13 @@ def test_success_per_task_type_from_start_to_final(tmp_path):
     row = lines[3]
     assert row.startswith(f"| `algo=sampo` | 2 | 0.500 -> 0.500 [{0.5 - half:.3f}, {0.5 + half:.3f}] (gain +0.000 [")
     assert "| 0.300 -> 0.400 [" in row and "(gain +0.100 [" in row  # look: starts 0.2, 0.4; finals 0.2, 0.6
-    assert "## Success per task type" in write_report(root, tmp_path / "out").read_text()
+    text = write_report(root, tmp_path / "out").read_text()
+    assert "## Success per task type" in text and "![success_by_type](success_by_type.png)" in text
+    assert (tmp_path / "out" / "success_by_type.png").stat().st_size > 0
     _write_run(tmp_path / "n" / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.4)]})
     assert type_table(find_runs(tmp_path / "n")) == ""
     assert "## Success per task type" not in write_report(tmp_path / "n", tmp_path / "out2").read_text()
+    assert not (tmp_path / "out2" / "success_by_type.png").exists()
 
 
 def test_mcnemar_exact_by_hand():
