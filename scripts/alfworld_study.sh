@@ -20,12 +20,20 @@ VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's 
 N_JOBS=${N_JOBS:-1}
 EXTRA=${EXTRA:-}
 mkdir -p "$OUT"
-BC=${BC:-$OUT/bc/bc_policy_hf}
-if [ ! -d "$BC" ]; then
-  $PY src/train.py experiment=bc_alfworld debug=cpu_small seed=1 hydra.run.dir="$OUT/bc" $EXTRA > "$OUT/bc.out" 2>&1
+OUT=$(cd "$OUT" && pwd)
+if [ -z "${BC:-}" ]; then  # the study's own BC start (the ninth attempt's run), once
+  BC=$OUT/bc/bc_policy_hf
+  if [ ! -d "$BC" ]; then
+    "$PY" src/train.py experiment=bc_alfworld debug=cpu_small seed=1 bc.val_untrained=false "hydra.run.dir='$OUT/bc'" \
+      $EXTRA > "$OUT/bc.out" 2>&1
+  fi
+elif [ ! -d "$BC" ]; then
+  echo "BC=$BC: no such folder (a BC run's bc_policy_hf)" >&2
+  exit 2
 fi
 BC=$(cd "$BC" && pwd)
-$PY src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
-  ckpt_path=resume "model.init_from=$BC" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
-  rollout.val_episodes="$VAL_EPISODES" hydra.sweep.dir="$OUT/rl" $EXTRA > "$OUT/rl.out" 2>&1
-$PY src/report.py "$OUT/rl" --contrast "algo=sampo - algo=grpo"
+# paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
+"$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
+  ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
+  rollout.val_episodes="$VAL_EPISODES" "hydra.sweep.dir='$OUT/rl'" $EXTRA > "$OUT/rl.out" 2>&1
+"$PY" src/report.py "$OUT/rl" --contrast "algo=sampo - algo=grpo"

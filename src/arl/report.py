@@ -250,10 +250,15 @@ def read_games(run_dir: Path) -> dict[int, dict[int, bool]]:
     """``{iteration: {task seed: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes)."""
     import json
 
+    from arl.utils.episode_files import iteration_of
+
     out = {}
     for path in (run_dir / "val_episodes").glob("iter*.jsonl"):
+        k = iteration_of(path)
+        if k is None:
+            continue
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out[int(path.stem[4:])] = {int(r["seed"]): bool(r["won"]) for r in rows if r.get("seed") is not None}
+        out[k] = {int(r["seed"]): bool(r["won"]) for r in rows if r.get("seed") is not None}
     return dict(sorted(out.items()))
 
 
@@ -265,6 +270,8 @@ def paired_games(run: Run) -> tuple[int, int, int, int, int] | None:
         return None
     first, last = run.games[0], run.games[max(run.games)]
     seeds = sorted(set(first) & set(last))
+    if not seeds:
+        return None
     gained = sum(not first[s] and last[s] for s in seeds)
     lost = sum(first[s] and not last[s] for s in seeds)
     return len(seeds), sum(first[s] for s in seeds), sum(last[s] for s in seeds), gained, lost
@@ -639,6 +646,7 @@ def plot_types(runs: list[Run], out_dir: Path) -> Path | None:
     names = list(groups)
     colours = plt.get_cmap("tab10").colors
     width = 0.8 / len(names)
+    labelled: set[str] = set()
     fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * len(types) * max(1, len(names) / 2) + 2), 4.4))
     for j, name in enumerate(names):
         colour = colours[j % len(colours)]
@@ -650,11 +658,13 @@ def plot_types(runs: list[Run], out_dir: Path) -> Path | None:
                 continue
             x = i - 0.4 + width * (j + 0.5)
             ax.bar(x, statistics.mean(finals), width=width * 0.9, color=colour, alpha=0.55,
-                   label=name if i == 0 else None)
+                   label=None if name in labelled else name)
+            labelled.add(name)
             ax.scatter([x] * len(finals), finals, color=colour, s=12, zorder=3)
             if starts:
                 ax.hlines(statistics.mean(starts), x - width * 0.45, x + width * 0.45, colors="black",
-                          linestyles="--", lw=1.1, label="start (mean)" if i == 0 and j == 0 else None)
+                          linestyles="--", lw=1.1, label=None if "start" in labelled else "start (mean)")
+                labelled.add("start")
     ax.set_xticks(range(len(types)))
     ax.set_xticklabels([t.replace("_", " ") for t in types], rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("final validation success")

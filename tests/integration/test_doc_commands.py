@@ -435,9 +435,14 @@ def test_alfworld_study_runs_shortened(tmp_path):
     cfg = yaml.safe_load((jobs["algo=grpo"] / ".hydra" / "config.yaml").read_text())
     assert cfg["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve())
     assert cfg["rollout"]["val_episodes"] == 4 and cfg["env"]["kwargs"]["notes"]
+    assert sorted(p.name for p in (jobs["algo=grpo"] / "val_episodes").iterdir()) == ["iter0.jsonl", "iter1.jsonl"]
     report = (out / "rl" / "report" / "report.md").read_text()
     assert "`algo=sampo - algo=grpo` | 1 |" in report
     assert "## Success per task type" in report  # four held-out games of several types
+    assert "| `algo=grpo` | 1 | 4 |" in report  # game by game: the start against iteration 1, on the 4 games
+    missing = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT,
+                             env={**env, "BC": str(tmp_path / "no_such_bc")}, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "no such folder" in missing.stderr  # a mistyped BC= trains nothing
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

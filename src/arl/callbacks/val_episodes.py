@@ -5,24 +5,28 @@ episode without an environment error, sorted by task seed: ``seed``, ``task_type
 ``return``, ``turns``, ``valid_turns``. Validation plays the same seeds every time, so two files of
 a run pair up game by game (``arl.report.paired_games``): what RL won and lost on each held-out
 game, a much finer comparison than two success rates. Under DDP/FSDP the ranks' shares are
-gathered and rank 0 writes.
+gathered and rank 0 writes (to a temporary name, then renamed). A resumed run drops the files of
+iterations after its checkpoint, as TensorBoard drops their steps: the run that wrote them is
+not the one that continues.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from lightning import Callback
 
 from arl.utils import distributed as dist_utils
+from arl.utils.episode_files import episodes_file, iteration_of
 
 
 def validation_records(batch) -> list[dict[str, Any]]:
     """The per-episode rows of one :class:`~arl.datamodules.batches.ValidationBatch`."""
-    r = batch.results
-    n = int(r["won"].numel())
+    r = {k: v.tolist() for k, v in batch.results.items()}
+    n = len(r["won"])
     seeds = list(batch.seeds) or [None] * n
     types = list(batch.task_types) or [""] * n
     return [
@@ -39,6 +43,16 @@ class ValidationEpisodes(Callback):
         self.dirpath = Path(dirpath)
         self._rows: list[dict[str, Any]] = []
 
+    def on_train_start(self, trainer, pl_module):
+        """After a resume: drop the files of the iterations after the checkpoint's."""
+        if not trainer.is_global_zero or not self.dirpath.is_dir():
+            return
+        done = int(getattr(pl_module, "iteration", 0))
+        for path in self.dirpath.glob("iter*.jsonl"):
+            k = iteration_of(path)
+            if k is not None and k > done:
+                path.unlink()
+
     def on_validation_epoch_start(self, trainer, pl_module):
         self._rows = []
 
@@ -53,5 +67,7 @@ class ValidationEpisodes(Callback):
             return
         rows = sorted((row for share in shares for row in share), key=lambda row: (row["seed"] is None, row["seed"] or 0))
         self.dirpath.mkdir(parents=True, exist_ok=True)
-        path = self.dirpath / f"iter{int(getattr(pl_module, 'iteration', 0))}.jsonl"
-        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        path = episodes_file(self.dirpath, int(getattr(pl_module, "iteration", 0)))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        os.replace(tmp, path)

@@ -475,6 +475,9 @@ class AgenticRLModule(LightningModule):
             logger.log_metrics({k: float(v) for k, v in metrics.items()}, step=self.iteration)
 
     # ----------------------------------------------------------------------- validation
+    def on_validation_epoch_start(self):
+        self.val_by_type = {}
+
     def validation_step(self, batch: ValidationBatch, batch_idx: int):
         self.val_protocol = batch.protocol or getattr(self, "val_protocol", "")
         r = batch.results
