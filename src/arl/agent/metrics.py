@@ -27,19 +27,18 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> di
         out[f"{prefix}response_len_mean"] = sum(lens) / len(lens)
         out[f"{prefix}response_len_max"] = float(max(lens))
         out[f"{prefix}truncated_ratio"] = sum(t.truncated for t in turns) / len(turns)
-    by_type: dict[str, list[bool]] = defaultdict(list)
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in good:
-        by_type[e.task_type].append(e.won)
-    if len(by_type) > 1:
-        for task_type, wins in sorted(by_type.items()):
-            out[f"{prefix}success_rate/{task_type}"] = sum(wins) / len(wins)
+        counts[e.task_type][0] += int(e.won)
+        counts[e.task_type][1] += 1
+    out.update(success_by_type([counts], prefix))
     return out
 
 
 def success_by_type(counts: Iterable[Mapping[str, Sequence[int]]], prefix: str = "val/") -> dict[str, float]:
     """``{prefix}success_rate/<type>`` from per-rank ``{task type: (won, played)}`` counts, summed
-    over the mappings; empty when the episodes have fewer than two task types (as
-    :func:`episode_metrics`: one type's rate is the overall one)."""
+    over the mappings; empty when the episodes have fewer than two task types (one type's rate is
+    the overall one). :func:`episode_metrics` and the RL module's validation both report through it."""
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for mapping in counts:
         for task_type, (won, played) in mapping.items():

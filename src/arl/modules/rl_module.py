@@ -512,7 +512,6 @@ class AgenticRLModule(LightningModule):
         self._log_at_iteration({**self.last_val, **named})
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
-        self.val_by_type = {}
 
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
