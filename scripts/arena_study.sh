@@ -8,7 +8,8 @@
 #                                               # that has not learned the answer format
 # Every multirun uses ckpt_path=resume with a fixed sweep folder: after an interruption, the same
 # command resumes the unfinished runs (finished ones stop at once). All runs start from one
-# behaviour-cloned policy (BC=<folder> to give another): the default job's BC stage, seed 1.
+# behaviour-cloned policy (BC=<folder> to give another; a missing one stops the script): the default
+# job's BC stage, seed 1.
 # Stage 1's regime (LR, MB) is the one stage 0 chose; SEEDS are paired (every method runs every seed).
 # Stage 2 plays 7x7 rooms with two boxes and 20 turns (LONG) from its own BC start (BC2), at the
 # default CPU regime (LR2, MB2): it compares advantages and filters, not clipping under stress.
@@ -39,59 +40,61 @@ WEAK_BC=${WEAK_BC:-96}
 LONG=(env.max_turns=20 "env.kwargs.dim_room=[7,7]" env.kwargs.num_boxes=2 env.kwargs.search_depth=100 env.kwargs.max_steps=20)
 EXTRA=${EXTRA:-}
 mkdir -p "$OUT"
-BC=${BC:-$OUT/bc_start/bc_policy_hf}
-if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 and 2b have their own starts
-  if [ ! -d "$BC" ]; then  # the same BC as `make train` seed 1 makes before its RL stage
-    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false hydra.run.dir="$OUT/bc_start" $EXTRA \
-      > "$OUT/bc_start.out" 2>&1
+OUT=$(cd "$OUT" && pwd)
+# paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
+start() {  # <variable name> <default folder name> <BC arguments...>: the BC start's bc_policy_hf, built
+           # once into $OUT/<name> when the variable is not set; a given folder that is missing stops here
+  local var=$1 name=$2 given=${!1:-}
+  shift 2
+  if [ -n "$given" ]; then
+    if [ ! -d "$given" ]; then echo "$var=$given: no such folder (a BC run's bc_policy_hf)" >&2; exit 2; fi
+    (cd "$given" && pwd)
+    return
   fi
-  BC=$(cd "$BC" && pwd)
+  if [ ! -d "$OUT/$name/bc_policy_hf" ]; then
+    "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "$@" "hydra.run.dir='$OUT/$name'" \
+      $EXTRA > "$OUT/$name.out" 2>&1
+  fi
+  echo "$OUT/$name/bc_policy_hf"
+}
+if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 and 2b have their own starts
+  BC=$(start BC bc_start)  # the same BC as `make train` seed 1 makes before its RL stage
 fi
 COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small ckpt_path=resume)
 long_multirun() {  # <BC start> <methods> <sweep name>: stage 2's protocol on the long Sokoban
-  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$1" "${LONG[@]}" "seed=$SEEDS" "algo=$2" \
+  "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$1'" "${LONG[@]}" "seed=$SEEDS" "algo=$2" \
     rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
-    rl.mini_batches=$MB2 hydra.sweep.dir="$OUT/$3" $EXTRA > "$OUT/$3.out" 2>&1
+    rl.mini_batches=$MB2 "hydra.sweep.dir='$OUT/$3'" $EXTRA > "$OUT/$3.out" 2>&1
 }
 
 if [ "$STAGE" = 0 ] || [ "$STAGE" = all ]; then
   # stage 0: where does IS clipping act? token clip (GRPO), sequence clip (GSPO), CISPO's cap
-  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
-    rollout.val_episodes=32 rl.optimizer.lr=3e-4,1e-3 rl.mini_batches=8,16 hydra.sweep.dir="$OUT/stage0" $EXTRA \
+  "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$BC'" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
+    rollout.val_episodes=32 rl.optimizer.lr=3e-4,1e-3 rl.mini_batches=8,16 "hydra.sweep.dir='$OUT/stage0'" $EXTRA \
     > "$OUT/stage0.out" 2>&1
-  $PY src/report.py "$OUT/stage0"
+  "$PY" src/report.py "$OUT/stage0"
 fi
 if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
   # stage 1: collapse and rescue, paired seeds (seed first: every method finishes seed 1 before seed 2)
-  $PY src/train.py -m "${COMMON[@]}" "model.init_from=$BC" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS rl.val_every=$VAL_EVERY \
-    rollout.val_episodes=$VAL_EPISODES rl.optimizer.lr=$LR rl.mini_batches=$MB hydra.sweep.dir="$OUT/stage1" $EXTRA \
-    > "$OUT/stage1.out" 2>&1
-  $PY src/report.py "$OUT/stage1" --contrast "algo=sampo - algo=grpo" --contrast "algo=gspo - algo=grpo" \
+  "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS \
+    rl.val_every=$VAL_EVERY rollout.val_episodes=$VAL_EPISODES rl.optimizer.lr=$LR rl.mini_batches=$MB \
+    "hydra.sweep.dir='$OUT/stage1'" $EXTRA > "$OUT/stage1.out" 2>&1
+  "$PY" src/report.py "$OUT/stage1" --contrast "algo=sampo - algo=grpo" --contrast "algo=gspo - algo=grpo" \
     --contrast "algo=cispo - algo=grpo" --contrast "algo=sapo - algo=grpo" \
     --contrast "algo=cispo_seqmask - algo=cispo" --contrast "algo=sapo_seqmask - algo=sapo"
 fi
 if [ "$STAGE" = 2 ] || [ "$STAGE" = all ]; then
   # stage 2: credit assignment on a longer horizon (GiGPO against GRPO, with and without DAPO)
-  BC2=${BC2:-$OUT/bc_start_long/bc_policy_hf}
-  if [ ! -d "$BC2" ]; then
-    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "${LONG[@]}" \
-      hydra.run.dir="$OUT/bc_start_long" $EXTRA > "$OUT/bc_start_long.out" 2>&1
-  fi
-  BC2=$(cd "$BC2" && pwd)
+  BC2=$(start BC2 bc_start_long "${LONG[@]}")
   long_multirun "$BC2" "$METHODS2" stage2
-  $PY src/report.py "$OUT/stage2" --contrast "algo=gigpo - algo=grpo" --contrast "algo=sampo - algo=grpo" \
+  "$PY" src/report.py "$OUT/stage2" --contrast "algo=gigpo - algo=grpo" --contrast "algo=sampo - algo=grpo" \
     --contrast "algo=dapo_grpo - algo=grpo" --contrast "algo=dapo_gigpo - algo=gigpo" \
     --contrast "algo=dapo_gigpo - algo=gigpo - algo=dapo_grpo + algo=grpo"
 fi
 if [ "$STAGE" = 2b ] || [ "$STAGE" = all ]; then
   # stage 2b: the stage-aware filter keeps all-failure groups while the valid-action ratio is < 0.9;
   # from stage 2's start (1.000) it is DAPO, so it runs from a start that has not learned the format
-  BC2B=${BC2B:-$OUT/bc_start_weak/bc_policy_hf}
-  if [ ! -d "$BC2B" ]; then
-    $PY src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "${LONG[@]}" bc.episodes=$WEAK_BC \
-      bc.epochs=1 bc.bootstrap.enabled=false hydra.run.dir="$OUT/bc_start_weak" $EXTRA > "$OUT/bc_start_weak.out" 2>&1
-  fi
-  BC2B=$(cd "$BC2B" && pwd)
+  BC2B=$(start BC2B bc_start_weak "${LONG[@]}" bc.episodes=$WEAK_BC bc.epochs=1 bc.bootstrap.enabled=false)
   long_multirun "$BC2B" "$METHODS2B" stage2b
-  $PY src/report.py "$OUT/stage2b" --contrast "algo=stage_aware_gigpo - algo=dapo_gigpo"
+  "$PY" src/report.py "$OUT/stage2b" --contrast "algo=stage_aware_gigpo - algo=dapo_gigpo"
 fi

@@ -363,8 +363,9 @@ def test_arena_study_runs_shortened_and_resumes(tmp_path):
 
 def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     """Stage 2's commands, shortened: its own BC start on the 7x7, two-box, 20-turn Sokoban, then
-    two of its methods (the stage-aware filter among them), one seed, the report with its contrasts."""
-    out = tmp_path / "arena"
+    two of its methods (the stage-aware filter among them), one seed, the report with its contrasts;
+    in a folder whose name Hydra would misread unquoted (',', '=' and brackets)."""
+    out = tmp_path / "arena,x=[1]"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2", "ITERS2": "1", "SEEDS": "1",
            "METHODS2": "grpo,stage_aware_gigpo", "VAL_EVERY2": "1", "VAL_EPISODES2": "2",
            "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
@@ -381,6 +382,18 @@ def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     assert cfg["model"]["init_from"] == str((out / "bc_start_long" / "bc_policy_hf").resolve())
     report = (out / "stage2" / "report" / "report.md").read_text()
     assert "`algo=gigpo - algo=grpo` | 0 | no setting named 'algo=gigpo'" in report  # not among the two run
+
+
+@pytest.mark.parametrize("stage, var", [("1", "BC"), ("2", "BC2"), ("2b", "BC2B")])
+def test_arena_study_refuses_a_missing_start(tmp_path, stage, var):
+    """A mistyped start folder stops the arena script at once (exit 2, the folder named): it trains
+    no BC start in its place and runs no RL."""
+    out = tmp_path / "arena"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": stage, var: str(tmp_path / "no_such_bc")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and f"{var}={tmp_path / 'no_such_bc'}: no such folder" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == []  # nothing built, nothing run
 
 
 def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
