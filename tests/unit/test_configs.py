@@ -403,11 +403,20 @@ def test_validation_samples_as_the_paper_and_greedy_is_an_option():
     ("algo.filter.cold_start=-1", "algo.filter.cold_start=-1 is out of range"),
     ("rollout.val_top_p=0", "rollout.val_top_p=0 must be in (0, 1]"),
     ("rollout.val_top_k=-3", "rollout.val_top_k=-3 must be >= 0"),
+    ("rollout.hf_cache=paged", "rollout.hf_cache='paged' is not valid; valid choices: dynamic, static"),
 ])
 def test_protocol_keys_are_validated(override, message):
     with pytest.raises(ConfigError) as err:
         validate_config(compose([override]))
     assert message in str(err.value)
+
+
+def test_the_transformers_engine_takes_its_kv_cache_from_the_config(tiny):
+    from arl.builders import build_engine, container
+
+    model, tok = tiny
+    assert build_engine(container(compose([]))["rollout"], model, tok).cache == "static"
+    assert build_engine(container(compose(["rollout.hf_cache=dynamic"]))["rollout"], model, tok).cache == "dynamic"
 
 
 def test_rollout_old_log_probs_refuse_the_rollout_correction():

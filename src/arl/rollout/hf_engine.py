@@ -1,6 +1,9 @@
 """Rollouts with transformers ``generate``: the CPU default, and GPUs without vLLM.
 
-Prompts are left-padded into batches of at most ``max_batch_size``; the KV cache is on. The engine
+Prompts are left-padded into batches of at most ``max_batch_size``; the KV cache is on, ``static``
+by default (one buffer of prompt width + ``max_new_tokens`` per call, written in place: on a CPU a
+decoding step of 64 rows of 520 tokens takes 25 ms against 35 ms with the ``dynamic`` cache, which
+concatenates a grown copy at every step; ``bench/generate.py``). The engine
 holds the very policy module the trainer updates, so :meth:`HFEngine.sync` has nothing to copy.
 With a ``device`` the engine moves that module there before it generates: Lightning hands a
 module back on the CPU after each ``fit``, and validation or DAgger after behaviour cloning would
@@ -32,11 +35,21 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
     return torch.device(device)
 
 
-class HFEngine:
-    """A :class:`~arl.rollout.engine.RolloutEngine` over a transformers causal LM."""
+HF_CACHES = ("dynamic", "static")  # transformers' cache_implementation values offered (rollout.hf_cache)
 
-    def __init__(self, model, tokenizer, max_batch_size: int = 64, device: str | torch.device | None = None):
+
+class HFEngine:
+    """A :class:`~arl.rollout.engine.RolloutEngine` over a transformers causal LM.
+
+    ``cache`` is the KV-cache layout of ``generate`` (:data:`HF_CACHES`); both give the same tokens
+    up to float rounding (logits within 1e-5 of each other on the tiny model)."""
+
+    def __init__(self, model, tokenizer, max_batch_size: int = 64, device: str | torch.device | None = None,
+                 cache: str = "static"):
+        if cache not in HF_CACHES:
+            raise ValueError(f"cache={cache!r} is not valid; valid: {', '.join(HF_CACHES)}")
         self.model = model
+        self.cache = cache
         self.device = resolve_device(device)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -107,6 +120,8 @@ class HFEngine:
             pad_token_id=self.pad_id,
             output_logits=True,
             return_dict_in_generate=True,
+            cache_implementation=self.cache,
+            disable_compile=True,  # a static cache would otherwise compile the forward on a GPU, per batch shape
         )
         if greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
