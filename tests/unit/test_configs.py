@@ -102,6 +102,23 @@ def test_every_env_has_the_budgets_of_every_cpu_debug_config(env):
     assert compose([f"env={env}"]).rollout.max_new_tokens == compose([]).rollout.max_new_tokens  # no debug, no budget
 
 
+@pytest.mark.parametrize("env", ENVS)
+def test_no_key_is_set_by_both_a_debug_config_and_its_budget(env):
+    """train.yaml adds the budget before the debug config, so a key set in both would silently be
+    the debug config's (as ALFWorld's official mini-batch size was, under cpu_small's null)."""
+    from omegaconf import OmegaConf
+
+    def keys(path) -> set:
+        raw = OmegaConf.to_container(OmegaConf.load(path))
+        raw.pop("defaults", None)
+        return {".".join(k) for k, _ in _leaves(raw)}
+
+    for debug in ("cpu_small", "cpu_pretrained"):  # (cpu_pretrained overriding cpu_small's budget is meant)
+        both = keys(CONFIG_DIR / "debug" / f"{debug}.yaml") & keys(CONFIG_DIR / "debug" / "budget" / f"{debug}_{env}.yaml")
+        assert not both, f"{debug} and its {env} budget both set {sorted(both)}"
+    assert compose([f"env={env}", "debug=cpu_small"]).rl.mini_batch_size == (256 if env == "alfworld" else None)
+
+
 def _leaves(node, prefix=()):
     if isinstance(node, dict):
         for k, v in node.items():
@@ -366,8 +383,12 @@ def test_paper_experiments_follow_the_official_protocol(env, norm, mini_batch_si
         expected = (0.6, 0.7, 0) if env == "math_tool" else (0.6, 0.95, 20)
         assert (cfg.rollout.val_temperature, cfg.rollout.val_top_p, cfg.rollout.val_top_k) == expected
         # what is scale goes back to the CPU budget, what is protocol stays
+        # (ALFWorld keeps the official mini-batch size: 2 steps of a 2000-sample rollout barely moved the policy)
         small = compose([f"experiment={env}", f"algo={method}", "debug=cpu_small"])
-        assert small.rl.mini_batch_size is None and small.rl.mini_batches == 2
+        if env == "alfworld":
+            assert small.rl.mini_batch_size == 256
+        else:
+            assert small.rl.mini_batch_size is None and small.rl.mini_batches == 2
         assert small.algo.advantage.norm == norm and small.algo.filter.cold_start == cold_start
 
 
