@@ -295,6 +295,65 @@ def games_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
+def read_episodes(path: Path) -> dict[int, tuple[str, bool]]:
+    """``{task seed: (task type, won)}`` of one validation's episodes: an episodes file (a run's
+    ``val_episodes/iter<k>.jsonl``, or ``val_episodes.jsonl`` of ``src/eval.py``), or a folder
+    holding ``val_episodes.jsonl`` (an eval run)."""
+    import json
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "val_episodes.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no episodes file (src/eval.py writes <run>/val_episodes.jsonl)")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {int(r["seed"]): (str(r.get("task_type") or ""), bool(r["won"])) for r in rows
+            if r.get("seed") is not None and not r.get("env_error")}
+
+
+def compare_table(pairs: list[tuple[Path, Path]]) -> str:
+    """Two policies game by game, once per pair of validations (``before``, ``after``) of the same
+    held-out games, e.g. a BC start and the RL policy of one seed, each evaluated with that seed.
+
+    A row per pair: the games both played, won before and after, gained (lost before, won after),
+    lost, McNemar's exact p and the gain (after - before, as rates). Then the gain over the pairs
+    (mean and 95 % t interval: with one pair per seed, the spread between seeds), McNemar's test on
+    the pooled discordant games, and success per task type pooled over the pairs."""
+    lines = ["| before | after | games | won before | won after | gained | lost | McNemar p | gain |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    gains, gained_all, lost_all = [], 0, 0
+    by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # won before, won after, games
+    for before_path, after_path in pairs:
+        before, after = read_episodes(before_path), read_episodes(after_path)
+        seeds = sorted(set(before) & set(after))
+        if not seeds:
+            raise ValueError(f"{before_path} and {after_path} share no held-out game (task seed)")
+        won_b = sum(before[s][1] for s in seeds)
+        won_a = sum(after[s][1] for s in seeds)
+        gained = sum(not before[s][1] and after[s][1] for s in seeds)
+        lost = sum(before[s][1] and not after[s][1] for s in seeds)
+        gain = (won_a - won_b) / len(seeds)
+        gains.append(gain)
+        gained_all, lost_all = gained_all + gained, lost_all + lost
+        for s in seeds:
+            counts = by_type[before[s][0]]
+            counts[0] += before[s][1]
+            counts[1] += after[s][1]
+            counts[2] += 1
+        lines.append(f"| `{before_path}` | `{after_path}` | {len(seeds)} | {won_b} ({won_b / len(seeds):.3f}) | "
+                     f"{won_a} ({won_a / len(seeds):.3f}) | {gained} | {lost} | {mcnemar_exact(gained, lost):.3g} | "
+                     f"{gain:+.3f} |")
+    out = ["\n".join(lines), "",
+           f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {_mean_ci(gains, signed=True)}; pooled "
+           f"games gained {gained_all}, lost {lost_all}, McNemar p {mcnemar_exact(gained_all, lost_all):.3g}."]
+    types = [t for t in sorted(by_type) if t]
+    if len(types) > 1:
+        out += ["", "| task type | games | before | after |", "|---|---:|---:|---:|"]
+        out += [f"| {t} | {by_type[t][2]} | {by_type[t][0] / by_type[t][2]:.3f} | {by_type[t][1] / by_type[t][2]:.3f} |"
+                for t in types]
+    return "\n".join(out)
+
+
 def _val_episodes(run_dir: Path) -> int | None:
     """``rollout.val_episodes`` of the run's saved config (None when there is none)."""
     config = run_dir / ".hydra" / "config.yaml"

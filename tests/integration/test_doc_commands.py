@@ -151,6 +151,8 @@ def plan(cmd: str) -> tuple[str, str]:
         return "run", "archives the fixture multirun's finished runs into a folder of the test tree"
     if "src/eval.py" in cmd or "src/report.py" in cmd:
         return "run", "runs on the fixture run (a few validation episodes)"
+    if c.startswith("python src/compare.py"):
+        return "run", "compares the fixture run's start and last validations game by game"
     if "src/train.py" in cmd:
         if "=/data/" in cmd:
             return "missing", "an example path of the user's data: must stop at start-up saying it does not exist"
@@ -213,6 +215,9 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
     out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
     out = out.replace("logs/alfworld/study/rl", str(multirun))
+    if cmd.startswith("python src/compare.py"):  # the eval folders of the lines before it: the run's own validations
+        out = out.replace("logs/compare/start_s1", f"{run}/val_episodes/iter0.jsonl")
+        out = out.replace("logs/compare/rl_s1", f"{run}/val_episodes/iter1.jsonl")
     # an archive (scripts/archive_runs.sh): written into the test tree; read, it is the fixture multirun
     archive = str(fx.root / "archive") if cmd.startswith("bash scripts/archive_runs.sh") else str(multirun)
     out = re.sub(r"docs/results/(<name>|arena_stage\d)/runs", archive, out)

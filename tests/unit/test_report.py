@@ -341,3 +341,52 @@ def test_game_by_game_pairs_the_first_and_last_validation(tmp_path):
     assert len(lines) == 3  # grpo has no start episodes
     assert lines[2] == f"| `algo=sampo` | 2 | 8 | 3 (0.375) | 6 (0.750) | 4 | 1 | {2 * 6 / 32:.3g} |"
     assert "## Game by game" in write_report(root, tmp_path / "out").read_text()
+
+
+# ----------------------------------------------------------------- two policies game by game
+def _episodes(path, won, types="aabbcc", extra=()):
+    """An episodes file as src/eval.py writes it: task seeds 1..len(won), plus ``extra`` rows."""
+    import json
+
+    rows = [{"seed": i + 1, "task_type": f"type_{types[i]}", "won": bool(w), "turns": []} for i, w in enumerate(won)]
+    rows += list(extra)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_compare_table_by_hand(tmp_path):
+    from arl.report import compare_table
+
+    # pair 1: seeds 2 and 4 gained, 3 lost (4 - 3 won: gain 1/6); a game only one side played and an
+    # episode that ended with an environment error are left out. Pair 2: all six lost.
+    b1 = _episodes(tmp_path / "start_s1" / "val_episodes.jsonl", [1, 0, 1, 0, 0, 1],
+                   extra=[{"seed": 9, "task_type": "type_a", "won": False, "env_error": True}])
+    a1 = _episodes(tmp_path / "rl_s1.jsonl", [1, 1, 0, 1, 0, 1], extra=[{"seed": 7, "task_type": "type_a", "won": True}])
+    b2 = _episodes(tmp_path / "start_s2.jsonl", [1] * 6)
+    a2 = _episodes(tmp_path / "rl_s2.jsonl", [0] * 6)
+    table = compare_table([(b1.parent, a1), (b2, a2)])
+    assert "| 6 | 3 (0.500) | 4 (0.667) | 2 | 1 | 1 | +0.167 |" in table  # McNemar(2, 1): p = 2 x 4/8, capped at 1
+    assert "| 6 | 6 (1.000) | 0 (0.000) | 0 | 6 | 0.0312 | -1.000 |" in table  # 2 x (1/2)^6
+    # mean of +1/6 and -1: -0.4167; half-width t(1) 12.706 x (7/6 / sqrt 2) / sqrt 2 = 7.4118: [-7.8285, +6.9952]
+    assert "Gain over 2 pair(s), mean and 95 % t interval: -0.417 [-7.828, +6.995]" in table
+    assert "pooled games gained 2, lost 7, McNemar p 0.18." in table  # 2 x (1 + 9 + 36) / 2^9
+    assert "| type_a | 4 | 0.750 | 0.500 |" in table and "| type_b | 4 | 0.750 | 0.250 |" in table
+    assert "| type_c | 4 | 0.750 | 0.250 |" in table
+
+
+def test_compare_cli_refuses_odd_arguments_and_games_in_common(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    from compare import main
+
+    a = _episodes(tmp_path / "a.jsonl", [1, 0])
+    assert main([str(a)]) == 2 and "in pairs" in capsys.readouterr().err
+    other = tmp_path / "b.jsonl"
+    other.write_text('{"seed": 40, "task_type": "x", "won": true}\n')
+    assert main([str(a), str(other)]) == 2 and "share no held-out game" in capsys.readouterr().err
+    assert main([str(a), str(tmp_path / "missing")]) == 2 and "no episodes file" in capsys.readouterr().err
+    assert main([str(a), str(a), "--out", str(tmp_path / "t.md")]) == 0
+    assert "| 2 | 1 (0.500) | 1 (0.500) | 0 | 0 | 1 | +0.000 |" in (tmp_path / "t.md").read_text()
