@@ -101,8 +101,21 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
     for key in RUN_SECTIONS:
         out[key] = run_cfg[key]
     out["rollout"] = {**c["rollout"], **{k: run_cfg["rollout"][k] for k in RUN_ROLLOUT_KEYS if k in run_cfg.get("rollout", {})}}
-    mine = OmegaConf.from_dotlist([o.lstrip("+") for o in overrides if "=" in o and _is_run_key(o.split("=", 1)[0])])
+    mine = OmegaConf.create()
+    for key, value in _run_key_overrides(overrides):
+        OmegaConf.update(mine, key, value, force_add=True)
     return OmegaConf.to_container(OmegaConf.merge(out, mine), resolve=True)
+
+
+def _run_key_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
+    """``(key, value)`` of the overrides that set a run key, parsed as Hydra parses them
+    (``env.kwargs.num_games={valid_seen:512}`` is a dict, as on the command line). A group choice
+    (``env=alfworld``) is not a value: the run's own section stays."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    wanted = [o for o in overrides if "=" in o and _is_run_key(o.split("=", 1)[0])]
+    parsed = OverridesParser.create().parse_overrides(wanted) if wanted else []
+    return [(o.key_or_group, o.value()) for o in parsed if "." in o.key_or_group and not o.is_delete()]
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:

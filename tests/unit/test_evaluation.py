@@ -35,6 +35,15 @@ def test_command_line_still_wins_over_the_run(tmp_path):
     assert out["rollout"]["val_episodes"] == c["rollout"]["val_episodes"]
 
 
+def test_command_line_values_read_as_hydra_reads_them(tmp_path):
+    """A dict written the Hydra way (no space after the colon) is a dict, merged into the run's (a
+    YAML reading made it the key 'valid_seen:512'); a group choice leaves the run's section whole."""
+    c, run_cfg = _configs(tmp_path)
+    out = with_run_config(c, run_cfg, ["env.kwargs.num_games={valid_seen:512}", "env=alfworld"])
+    assert out["env"]["kwargs"]["num_games"] == {"train": 20000, "valid_seen": 512}
+    assert out["env"]["kwargs"]["notes"] and out["env"]["history_window"] == 12  # the run's env, not env=alfworld's
+
+
 def _loop(tiny):
     from arl.agent.loop import AgentLoop
     from arl.rollout.hf_engine import HFEngine
