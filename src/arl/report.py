@@ -248,17 +248,13 @@ def best_checkpoint(run_dir: Path) -> str | None:
 
 def read_games(run_dir: Path) -> dict[int, dict[int, bool]]:
     """``{iteration: {task seed: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes)."""
-    import json
-
     from arl.utils.episode_files import iteration_of
 
     out = {}
     for path in (run_dir / "val_episodes").glob("iter*.jsonl"):
         k = iteration_of(path)
-        if k is None:
-            continue
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        out[k] = {int(r["seed"]): bool(r["won"]) for r in rows if r.get("seed") is not None}
+        if k is not None:
+            out[k] = {seed: won for seed, (_, won) in read_episodes(path).items()}
     return dict(sorted(out.items()))
 
 
@@ -268,13 +264,18 @@ def paired_games(run: Run) -> tuple[int, int, int, int, int] | None:
     ``lost`` the reverse. None without the episodes of the start and of a later validation."""
     if 0 not in run.games or len(run.games) < 2:
         return None
-    first, last = run.games[0], run.games[max(run.games)]
-    seeds = sorted(set(first) & set(last))
+    return game_pairs(run.games[0], run.games[max(run.games)])
+
+
+def game_pairs(before: dict[int, bool], after: dict[int, bool]) -> tuple[int, int, int, int, int] | None:
+    """(games, won before, won after, gained, lost) over the task seeds both ``{seed: won}`` maps
+    hold: ``gained`` lost before and won after, ``lost`` the reverse. None when they share none."""
+    seeds = sorted(set(before) & set(after))
     if not seeds:
         return None
-    gained = sum(not first[s] and last[s] for s in seeds)
-    lost = sum(first[s] and not last[s] for s in seeds)
-    return len(seeds), sum(first[s] for s in seeds), sum(last[s] for s in seeds), gained, lost
+    gained = sum(not before[s] and after[s] for s in seeds)
+    lost = sum(before[s] and not after[s] for s in seeds)
+    return len(seeds), sum(before[s] for s in seeds), sum(after[s] for s in seeds), gained, lost
 
 
 def games_table(runs: Iterable[Run]) -> str:
@@ -325,23 +326,20 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # won before, won after, games
     for before_path, after_path in pairs:
         before, after = read_episodes(before_path), read_episodes(after_path)
-        seeds = sorted(set(before) & set(after))
-        if not seeds:
+        counts = game_pairs({s: w for s, (_, w) in before.items()}, {s: w for s, (_, w) in after.items()})
+        if counts is None:
             raise ValueError(f"{before_path} and {after_path} share no held-out game (task seed)")
-        won_b = sum(before[s][1] for s in seeds)
-        won_a = sum(after[s][1] for s in seeds)
-        gained = sum(not before[s][1] and after[s][1] for s in seeds)
-        lost = sum(before[s][1] and not after[s][1] for s in seeds)
-        gain = (won_a - won_b) / len(seeds)
+        n, won_b, won_a, gained, lost = counts
+        gain = (won_a - won_b) / n
         gains.append(gain)
         gained_all, lost_all = gained_all + gained, lost_all + lost
-        for s in seeds:
-            counts = by_type[before[s][0]]
-            counts[0] += before[s][1]
-            counts[1] += after[s][1]
-            counts[2] += 1
-        lines.append(f"| `{before_path}` | `{after_path}` | {len(seeds)} | {won_b} ({won_b / len(seeds):.3f}) | "
-                     f"{won_a} ({won_a / len(seeds):.3f}) | {gained} | {lost} | {mcnemar_exact(gained, lost):.3g} | "
+        for s in set(before) & set(after):
+            per_type = by_type[before[s][0]]
+            per_type[0] += before[s][1]
+            per_type[1] += after[s][1]
+            per_type[2] += 1
+        lines.append(f"| `{before_path}` | `{after_path}` | {n} | {won_b} ({won_b / n:.3f}) | "
+                     f"{won_a} ({won_a / n:.3f}) | {gained} | {lost} | {mcnemar_exact(gained, lost):.3g} | "
                      f"{gain:+.3f} |")
     out = ["\n".join(lines), "",
            f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {_mean_ci(gains, signed=True)}; pooled "
