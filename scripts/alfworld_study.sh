@@ -18,14 +18,18 @@ ITERS=${ITERS:-30}
 VAL_EVERY=${VAL_EVERY:-15}
 VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's generated pool is 140)
 N_JOBS=${N_JOBS:-1}
-EXTRA=${EXTRA:-}
+EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the RL multirun only
+single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
+  local a
+  for a in $1; do case $a in hydra.launcher.*) ;; *) printf '%s\n' "$a" ;; esac; done
+}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 if [ -z "${BC:-}" ]; then  # the study's own BC start (the ninth attempt's run), once
   BC=$OUT/bc/bc_policy_hf
   if [ ! -d "$BC" ]; then
     "$PY" src/train.py experiment=bc_alfworld debug=cpu_small seed=1 bc.val_untrained=false "hydra.run.dir='$OUT/bc'" \
-      $EXTRA > "$OUT/bc.out" 2>&1
+      $(single_run "$EXTRA") > "$OUT/bc.out" 2>&1 || { echo "the BC run failed: see $OUT/bc.out" >&2; exit 1; }
   fi
 elif [ ! -d "$BC" ]; then
   echo "BC=$BC: no such folder (a BC run's bc_policy_hf)" >&2

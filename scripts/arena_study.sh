@@ -38,7 +38,11 @@ VAL_EPISODES2=${VAL_EPISODES2:-128}
 METHODS2B=${METHODS2B:-dapo_gigpo,stage_aware_gigpo}
 WEAK_BC=${WEAK_BC:-96}
 LONG=(env.max_turns=20 "env.kwargs.dim_room=[7,7]" env.kwargs.num_boxes=2 env.kwargs.search_depth=100 env.kwargs.max_steps=20)
-EXTRA=${EXTRA:-}
+EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the multiruns only
+single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
+  local a
+  for a in $1; do case $a in hydra.launcher.*) ;; *) printf '%s\n' "$a" ;; esac; done
+}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
@@ -53,7 +57,7 @@ start() {  # <variable name> <default folder name> <BC arguments...>: the BC sta
   fi
   if [ ! -d "$OUT/$name/bc_policy_hf" ]; then
     "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "$@" "hydra.run.dir='$OUT/$name'" \
-      $EXTRA > "$OUT/$name.out" 2>&1
+      $(single_run "$EXTRA") > "$OUT/$name.out" 2>&1 || { echo "the BC start $name failed: see $OUT/$name.out" >&2; exit 1; }
   fi
   echo "$OUT/$name/bc_policy_hf"
 }

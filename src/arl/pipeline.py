@@ -13,6 +13,7 @@ file purges any step after the checkpoint's iteration, so the curves stay contin
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import warnings
 from pathlib import Path
@@ -37,7 +38,7 @@ from arl.callbacks import WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.config import validate_config
 from arl.models.loading import save_hf
-from arl.resume import checkpoint_iteration, resolve_ckpt_path
+from arl.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
 
@@ -54,6 +55,13 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     """
     validate_config(cfg)
     c = container(cfg)
+    done = finished_results(c)
+    if done is not None:
+        console.print(
+            f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
+            "its checkpoint is gone, nothing to resume"
+        )
+        return done
     ckpt = resolve_ckpt_path(c)
     out_dir = Path(c["paths"]["output_dir"])
     resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
@@ -125,10 +133,12 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     loop.close()
     if callable(getattr(engine, "close", None)):
         engine.close()
-    if trainer.is_global_zero:
-        _print_summary(results, out_dir)
     metric = c.get("optimized_metric")
     results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
+    if trainer.is_global_zero:
+        _print_summary(results, out_dir)
+        # the run's last act: what lets `ckpt_path=resume` recognise it as finished without its checkpoint
+        (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=float) + "\n")
     return results
 
 

@@ -51,6 +51,38 @@ def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
     return path
 
 
+RESULTS_FILE = "rl_results.json"
+
+
+def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
+    """With ``ckpt_path=resume``: the results a finished run recorded, when its checkpoint is gone.
+
+    A run that reached ``rl.iterations`` writes ``<run>/rl_results.json`` as its last act. When the
+    run folder keeps that file but not ``checkpoints/last.ckpt`` (archived, carried to another
+    machine through git, or checkpoints deleted to save disk), running the same multirun command
+    again must not train the run anew from its start: the recorded results are returned instead.
+    None when the run has not finished or its checkpoint is there (the usual resume-at-end path);
+    a ConfigError when it finished short of a since raised ``rl.iterations`` without its checkpoint.
+    """
+    import json
+
+    if str(c.get("ckpt_path")) != "resume":
+        return None
+    out = Path(c["paths"]["output_dir"])
+    record = out / RESULTS_FILE
+    if (out / "checkpoints" / "last.ckpt").exists() or not record.exists():
+        return None
+    results = json.loads(record.read_text())
+    done, wanted = int(results.get("iterations_done", -1)), int(c["rl"]["iterations"])
+    if done < wanted:  # training on would start over from the start policy and overwrite the run
+        raise ConfigError(
+            f"ckpt_path=resume: {out} finished at iteration {done} ({RESULTS_FILE}) and rl.iterations is now "
+            f"{wanted}, but its checkpoints/last.ckpt is gone, so it cannot go on; put the checkpoint back "
+            "or give the longer run another folder"
+        )
+    return results
+
+
 def checkpoint_iteration(path: Path) -> int:
     """The RL iteration a checkpoint was written at (file, or sharded folder's ``meta.pt``)."""
     import torch

@@ -153,6 +153,10 @@ def plan(cmd: str) -> tuple[str, str]:
         return "run", "runs on the fixture run (a few validation episodes)"
     if c.startswith("python src/compare.py"):
         return "run", "compares the fixture run's start and last validations game by game"
+    if c.startswith("python scripts/carry.py"):
+        return "run", "saves the fixture runs into the test tree's carry/ folder and restores them"
+    if c.startswith("git "):
+        return "skip", "commits in the user's checkout"
     if "src/train.py" in cmd:
         if "=/data/" in cmd:
             return "missing", "an example path of the user's data: must stop at start-up saying it does not exist"
@@ -215,6 +219,8 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
     out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
     out = out.replace("logs/alfworld/study/rl", str(multirun))
+    if cmd.startswith("python scripts/carry.py"):  # the fixture's logs/ (a BC + RL run) as the study folder
+        out = out.replace("logs/alfworld/study", str(fx.root / "logs"))
     if cmd.startswith("python src/compare.py"):  # the eval folders of the lines before it: the run's own validations
         out = out.replace("logs/compare/start_s1", f"{run}/val_episodes/iter0.jsonl")
         out = out.replace("logs/compare/rl_s1", f"{run}/val_episodes/iter1.jsonl")
@@ -326,6 +332,10 @@ def test_documented_command(doc, env_root):
                 extra = ["rollout.val_episodes=2"]
             if "scripts/mutation.py" in cmd:
                 extra = ["--check"]
+            args = shlex.split(cmd)
+            if args[1:3] == ["scripts/carry.py", "restore"] and not (root / args[3]).exists():
+                # the doc's save line, which may be run after this one: save the destination first
+                assert _run(f"python scripts/carry.py save {args[4]} {args[3]}", root).returncode == 0
             out = _run(cmd, root, extra)
             assert out.returncode == 0, f"{doc.source}: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
         else:
@@ -408,8 +418,8 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
 
     out = tmp_path / "arena"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2b", "ITERS2": "1", "SEEDS": "1", "WEAK_BC": "8",
-           "VAL_EVERY2": "1", "VAL_EPISODES2": "2",
-           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+           "VAL_EVERY2": "1", "VAL_EPISODES2": "2",  # hydra.launcher.* reaches the multirun, not the BC start
+           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12 hydra.launcher.n_jobs=1"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -421,6 +431,11 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     cfg = yaml.safe_load((jobs["algo=stage_aware_gigpo"] / ".hydra" / "config.yaml").read_text())
     assert cfg["env"]["max_turns"] == 20 and cfg["algo"]["filter"]["name"] == "stage_aware"
     assert cfg["model"]["init_from"] == str((out / "bc_start_weak" / "bc_policy_hf").resolve())
+    assert yaml.safe_load((out / "stage2b" / "multirun.yaml").read_text())["hydra"]["launcher"]["n_jobs"] == 1
+    failed = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "OUT": str(tmp_path / "failed"), "EXTRA": "bc.no_such_key=1"}, timeout=120)
+    assert failed.returncode == 1 and "the BC start bc_start_weak failed" in failed.stderr, failed.stderr
+    assert not (tmp_path / "failed" / "stage2b").exists()  # a BC start that failed starts no RL
     report = (out / "stage2b" / "report" / "report.md").read_text()
     assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
 
@@ -439,8 +454,9 @@ def test_alfworld_study_runs_shortened(tmp_path):
     out = tmp_path / "alfworld"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4",
            # the expert needs up to ~25 turns to win its games; everything else as small as it goes
+           # hydra.launcher.* reaches the RL multirun only (the BC run, a single run, has no launcher)
            "EXTRA": "bc.episodes=4 bc.epochs=1 rollout.val_episodes=4 env.max_turns=25 rollout.groups_per_step=2 "
-                    "rollout.group_size=2 rollout.max_new_tokens=12"}
+                    "rollout.group_size=2 rollout.max_new_tokens=12 hydra.launcher.n_jobs=1"}
     env.pop("ALFWORLD_DATA", None)  # generated games (an earlier import of alfworld in this session may have set it)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -461,6 +477,11 @@ def test_alfworld_study_runs_shortened(tmp_path):
     missing = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT,
                              env={**env, "BC": str(tmp_path / "no_such_bc")}, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such folder" in missing.stderr  # a mistyped BC= trains nothing
+    assert yaml.safe_load((out / "rl" / "multirun.yaml").read_text())["hydra"]["launcher"]["n_jobs"] == 1
+    failed = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "OUT": str(tmp_path / "failed"), "EXTRA": "bc.no_such_key=1"}, timeout=120)
+    assert failed.returncode == 1 and "the BC run failed" in failed.stderr, failed.stderr
+    assert not (tmp_path / "failed" / "rl").exists()  # a BC start that failed starts no RL
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

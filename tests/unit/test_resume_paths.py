@@ -40,3 +40,29 @@ def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp
     ck.parent.mkdir(parents=True)
     ck.write_bytes(b"x")
     assert resolve_ckpt_path(c) == ck
+
+
+def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path):
+    """`ckpt_path=resume` on a run folder that holds rl_results.json but no last.ckpt (archived or
+    carried through git): the record when the run reached rl.iterations, a clear error when
+    rl.iterations has since grown (training on would start over), None in every other case."""
+    import json
+
+    from arl.resume import RESULTS_FILE, finished_results
+
+    run = tmp_path / "job"
+    c = {"ckpt_path": "resume", "paths": {"output_dir": str(run)}, "rl": {"iterations": 30}}
+    assert finished_results(c) is None  # a fresh folder: train
+    run.mkdir()
+    record = {"iterations_done": 30, "val_after_rl": {"val/success_rate": 0.5}}
+    (run / RESULTS_FILE).write_text(json.dumps(record))
+    assert finished_results(c) == record
+    assert finished_results({**c, "ckpt_path": None}) is None  # only `resume` looks
+    assert finished_results({**c, "ckpt_path": "last"}) is None
+    with pytest.raises(ConfigError, match="finished at iteration 30 .* rl.iterations is now 40"):
+        finished_results({**c, "rl": {"iterations": 40}})
+    ck = run / "checkpoints" / "last.ckpt"
+    ck.parent.mkdir()
+    ck.write_bytes(b"x")
+    assert finished_results(c) is None  # the checkpoint is there: the usual resume at the end
+    assert finished_results({**c, "rl": {"iterations": 40}}) is None  # ... which can go on
