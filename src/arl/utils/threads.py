@@ -71,6 +71,15 @@ def _start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[-1].split()[19]
 
 
+def _paused(pid: int) -> bool:
+    """Whether ``pid`` is stopped (``kill -STOP``, state T or t in /proc/<pid>/stat): it uses no core."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] in ("T", "t")
+
+
 def _alive(pid: int, started: str) -> bool:
     try:
         os.kill(pid, 0)
@@ -110,7 +119,11 @@ class ThreadRegistry:
             pass
 
     def live(self) -> int:
-        """Live registered processes (at least 1: this one)."""
+        """Live registered processes that are not paused (at least 1: this one).
+
+        A paused process (``kill -STOP``, as when a study is held while the tests run) keeps its
+        entry but leaves its cores to the others until it is continued.
+        """
         n = 0
         try:
             entries = list(self.folder.iterdir())
@@ -124,8 +137,10 @@ class ThreadRegistry:
                 started = entry.read_text().strip()
             except OSError:
                 continue
-            if pid == self.pid or _alive(pid, started):
+            if pid == self.pid:
                 n += 1
+            elif _alive(pid, started):
+                n += 0 if _paused(pid) else 1
             else:
                 try:
                     entry.unlink()

@@ -56,6 +56,31 @@ def test_registry_counts_live_processes_and_drops_dead_ones(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_paused_run_leaves_its_cores_and_keeps_its_entry(tmp_path):
+    """``kill -STOP`` on a run (a study held while the tests run): the others count it out until
+    ``kill -CONT``, and its entry stays so that it counts again once continued."""
+    import signal
+
+    mine = th.ThreadRegistry(tmp_path)
+    mine.register()
+    other = _registered_sleeper(tmp_path)
+    try:
+        assert mine.live() == 2
+        os.kill(other.pid, signal.SIGSTOP)
+        deadline = time.time() + 10
+        while not th._paused(other.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert mine.live() == 1 and (tmp_path / str(other.pid)).exists()
+        os.kill(other.pid, signal.SIGCONT)
+        deadline = time.time() + 10
+        while th._paused(other.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert mine.live() == 2
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_a_reused_pid_is_not_a_live_run(tmp_path):
     """The entry of a dead run whose pid now belongs to another process (another start time)."""
     mine = th.ThreadRegistry(tmp_path)
