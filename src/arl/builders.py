@@ -20,7 +20,7 @@ from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
-from arl.rollout.hf_engine import HFEngine
+from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HFEngine
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 
 
@@ -78,7 +78,7 @@ def build_engine(rollout: dict[str, Any], model, tokenizer):
     """
     if rollout["engine"] == "hf":
         return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"),
-                        cache=str(rollout.get("hf_cache", "static")))
+                        cache=str(rollout.get("hf_cache", DEFAULT_HF_CACHE)))
 
     def build(local_rank: int | None):
         from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra

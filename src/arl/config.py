@@ -96,9 +96,9 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     r = c["rollout"]
     _choice("rollout.engine", r["engine"], ENGINES)
     if r["engine"] == "hf":
-        from arl.rollout.hf_engine import HF_CACHES
+        from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HF_CACHES
 
-        _choice("rollout.hf_cache", r.get("hf_cache", "static"), HF_CACHES)
+        _choice("rollout.hf_cache", r.get("hf_cache", DEFAULT_HF_CACHE), HF_CACHES)
     for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
         _positive(f"rollout.{key}", r[key])
     if r["temperature"] < 0 or r["val_temperature"] < 0:

@@ -36,6 +36,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
 
 
 HF_CACHES = ("dynamic", "static")  # transformers' cache_implementation values offered (rollout.hf_cache)
+DEFAULT_HF_CACHE = "static"  # where a config leaves rollout.hf_cache out (configs/rollout/hf.yaml sets it)
 
 
 class HFEngine:
@@ -45,7 +46,7 @@ class HFEngine:
     up to float rounding (logits within 1e-5 of each other on the tiny model)."""
 
     def __init__(self, model, tokenizer, max_batch_size: int = 64, device: str | torch.device | None = None,
-                 cache: str = "static"):
+                 cache: str = DEFAULT_HF_CACHE):
         if cache not in HF_CACHES:
             raise ValueError(f"cache={cache!r} is not valid; valid: {', '.join(HF_CACHES)}")
         self.model = model
