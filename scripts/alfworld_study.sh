@@ -4,7 +4,7 @@
 # 4 epochs), then RL from that one policy with each method on the same paired seeds, then the report
 # (gain over the BC start with its interval, success per task type, SAMPO against GRPO):
 #   bash scripts/alfworld_study.sh                                   # BC (unless $BC exists), RL, report
-#   BC=logs/starts/alfworld_notes_1200_bc bash scripts/alfworld_study.sh   # RL from an earlier BC policy
+#   BC=<bc run>/bc_policy_hf bash scripts/alfworld_study.sh            # RL from an earlier BC policy
 # The RL runs are one Hydra multirun (hydra/launcher=joblib_local, N_JOBS at a time, seed first: every
 # method finishes seed 1 before seed 2) with ckpt_path=resume in a fixed sweep folder: the same command
 # resumes an interrupted study. A run is about 30 iterations x 5-6 min on one core (docs/results.md).

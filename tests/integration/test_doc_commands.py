@@ -112,6 +112,7 @@ SKIPPED = (
     ("STAGE=", "the arena script for one stage (run shortened by test_arena_study_runs_shortened_and_resumes)"),
     ("bash scripts/alfworld_study.sh", "run shortened by test_alfworld_study_runs_shortened"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
+    ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
     ("sbatch ", "submits to a SLURM cluster (none here)"),
     ("hydra/launcher=slurm", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"),
