@@ -54,9 +54,12 @@ def dry_run(cfg: DictConfig) -> None:
     """Print what the run would be; nothing is built (the config is valid for this machine)."""
     from omegaconf import OmegaConf
 
-    from arl.resume import resolve_ckpt_path
+    from arl.resume import finished_results, resolve_ckpt_path
 
     c = OmegaConf.to_container(cfg, resolve=True)
+    if finished_results(c) is not None:
+        print(f"dry run: {c['task_name']}: {c['paths']['output_dir']} finished earlier (rl_results.json); nothing to run")
+        return
     ckpt = resolve_ckpt_path(c)
     stages = [s for s, on in (("bc", c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None),
                               ("rl", c["rl"].get("enabled", True))) if on]

@@ -131,7 +131,7 @@ def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
     sweep = tmp_path / "sweep"
     kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"]
     # the kill switch must not name the job's folder, or the second command would get another one
-    keys = "hydra.job.config.override_dirname.exclude_keys=[paths.log_dir,ckpt_path,hydra.sweep.dir,callbacks.kill._target_,callbacks.kill.iteration]"
+    keys = "hydra.job.config.override_dirname.exclude_keys=[paths.log_dir,ckpt_path,hydra.sweep.dir,callbacks.kill._target_,callbacks.kill.iteration,dry_run]"
     base = ["ckpt_path=resume", f"hydra.sweep.dir={sweep}", keys]
     killed = _cli([*base, *kill], tmp_path / "logs", flags=("-m",))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -154,3 +154,5 @@ def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
     assert not (job / "checkpoints").exists() and sorted((job / "tensorboard").rglob("events.*")) == events
     c = _weights(job)
     assert all(torch.equal(b[k], c[k]) for k in b)
+    dry = _cli([*base, "dry_run=true"], tmp_path / "logs", flags=("-m",))
+    assert dry.returncode == 0 and "finished earlier (rl_results.json); nothing to run" in dry.stdout, dry.stderr[-2000:]
