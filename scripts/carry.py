@@ -63,11 +63,12 @@ def plan(src: Path, policies: bool = False, max_mb: float = 40.0) -> tuple[list[
         run = _run_dir(path, src)
         finished = run is not None and (run / "rl_results.json").exists()
         parts = path.relative_to(run).parts if run is not None else rel.parts
-        if parts[0] == "checkpoints":
-            if path.name.startswith("best-"):
+        if parts[0] == "checkpoints" and len(parts) > 1:
+            name = parts[1]  # a checkpoint file, or the folder of a sharded one
+            if name.startswith("best-"):
                 left.append((rel, "best checkpoint: its name goes to best_checkpoint.txt"))
                 continue
-            if path.name != "last.ckpt":
+            if name != "last.ckpt":
                 left.append((rel, "partial or old checkpoint"))
                 continue
             if finished:
@@ -93,10 +94,13 @@ def save(src: Path, dest: Path, policies: bool = False, max_mb: float = 40.0) ->
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, dest / rel)
     for rel, _ in left:  # name the best checkpoint of each run, as scripts/archive_runs.sh does
-        if rel.parent.name == "checkpoints" and rel.name.startswith("best-"):
-            run = dest / rel.parent.parent
-            run.mkdir(parents=True, exist_ok=True)
-            (run / "best_checkpoint.txt").write_text(rel.name + "\n")
+        parts = rel.parts
+        if "checkpoints" in parts[:-1]:
+            at = parts.index("checkpoints")
+            if parts[at + 1].startswith("best-"):
+                run = dest.joinpath(*parts[:at])
+                run.mkdir(parents=True, exist_ok=True)
+                (run / "best_checkpoint.txt").write_text(parts[at + 1] + "\n")
     return keep, left
 
 

@@ -40,6 +40,11 @@ def _study(root):
     _file(going / "checkpoints" / "last.ckpt.tmp", b"c")
     _file(going / "checkpoints" / "best-iter0.ckpt", b"c")
     _file(root / "rl.out", "it 1 ...\n")
+    sharded = root / "rl" / "algo=gspo,seed=1"  # an FSDP run: checkpoints are folders of shards
+    _file(sharded / ".hydra" / "config.yaml", "seed: 1\n")
+    _file(sharded / "checkpoints" / "last.ckpt" / "meta.pt", b"m")
+    _file(sharded / "checkpoints" / "last.ckpt" / "__0_0.distcp", b"s" * 20)
+    _file(sharded / "checkpoints" / "best-iter10.ckpt" / "meta.pt", b"m")
     return done, going
 
 
@@ -55,6 +60,8 @@ def test_save_keeps_what_resuming_and_the_report_need(tmp_path):
         "rl/algo=grpo,seed=1/.hydra/config.yaml", "rl/algo=grpo,seed=1/tensorboard/rl/events.out.tfevents.2",
         "rl/algo=grpo,seed=1/checkpoints/last.ckpt",  # unfinished: the state it goes on from
         "rl.out",
+        "rl/algo=gspo,seed=1/.hydra/config.yaml",  # a sharded last.ckpt is carried whole
+        "rl/algo=gspo,seed=1/checkpoints/last.ckpt/meta.pt", "rl/algo=gspo,seed=1/checkpoints/last.ckpt/__0_0.distcp",
     }
     why = {str(p): reason for p, reason in left}
     assert "finished run" in why["rl/algo=sampo,seed=1/checkpoints/last.ckpt"]
@@ -63,8 +70,9 @@ def test_save_keeps_what_resuming_and_the_report_need(tmp_path):
     assert "rebuilt" in why["bc/bc_dataset.jsonl"]
     assert (dest / "rl" / "algo=sampo,seed=1" / "best_checkpoint.txt").read_text() == "best-iter15.ckpt\n"
     assert (dest / "rl" / "algo=grpo,seed=1" / "best_checkpoint.txt").read_text() == "best-iter0.ckpt\n"
+    assert (dest / "rl" / "algo=gspo,seed=1" / "best_checkpoint.txt").read_text() == "best-iter10.ckpt\n"
     assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == sorted(
-        kept | {"rl/algo=sampo,seed=1/best_checkpoint.txt", "rl/algo=grpo,seed=1/best_checkpoint.txt"})
+        kept | {f"rl/algo={a},seed=1/best_checkpoint.txt" for a in ("sampo", "grpo", "gspo")})
     # --policies keeps the final policy; --max-mb leaves out what is too large for a commit
     keep, _ = carry.save(src, dest, policies=True)
     assert "rl/algo=sampo,seed=1/policy_hf/model.safetensors" in {str(p) for p in keep}
@@ -79,11 +87,11 @@ def test_restore_copies_back_and_never_replaces_a_file(tmp_path):
     _, going = _study(src)
     carry.save(src, dest)
     fresh = tmp_path / "fresh"  # a new machine: nothing under logs/
-    assert carry.restore(dest, fresh) == (13, 0)
+    assert carry.restore(dest, fresh) == (17, 0)
     ckpt = fresh / "rl" / "algo=grpo,seed=1" / "checkpoints" / "last.ckpt"
     assert ckpt.read_bytes() == b"c" * 50
     ckpt.write_bytes(b"newer")  # the run went on here: a second restore leaves its state alone
-    assert carry.restore(dest, fresh) == (0, 13)
+    assert carry.restore(dest, fresh) == (0, 17)
     assert ckpt.read_bytes() == b"newer"
 
 
@@ -92,7 +100,7 @@ def test_the_command_line(tmp_path, capsys):
     _study(src)
     assert carry.main(["save", str(src), str(dest)]) == 0
     out = capsys.readouterr().out
-    assert "carried 11 files" in out and "finished run: rl_results.json marks it done" in out
+    assert "carried 14 files" in out and "finished run: rl_results.json marks it done" in out
     assert carry.main(["restore", str(dest), str(tmp_path / "back")]) == 0
-    assert "restored 13 files" in capsys.readouterr().out
+    assert "restored 17 files" in capsys.readouterr().out
     assert carry.main(["save", str(tmp_path / "nope"), str(dest)]) == 2
