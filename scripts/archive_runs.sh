@@ -14,7 +14,11 @@ for run in "$SRC"/*/; do
   name=$(basename "$run")
   parts=("$run/tensorboard" "$run/.hydra")
   if [ -d "$run/val_episodes" ]; then parts+=("$run/val_episodes"); fi
-  rsync -a --delete "${parts[@]}" "$DEST/$name/"
+  mkdir -p "$DEST/$name"
+  for part in "${parts[@]}"; do  # each part replaced whole (plain cp: rsync is not on every machine)
+    rm -rf "$DEST/$name/$(basename "$part")"
+    cp -a "$part" "$DEST/$name/"
+  done
   best=$(ls -t "$run"/checkpoints/best-*.ckpt 2>/dev/null | head -1 || true)
   [ -n "$best" ] && basename "$best" > "$DEST/$name/best_checkpoint.txt"
   n=$((n + 1))
