@@ -1,9 +1,10 @@
-"""Carry a study's run folders to the next machine through git, and back.
+"""Carry a study's run folders to the next machine through storage that outlives this one, and back.
 
-Where a machine lasts a few hours and only commits travel, a study of days goes on only if what
-resuming needs is committed. ``save`` copies a study folder (a sweep, BC starts, their logs) into a
-folder of the repository, keeping what ``ckpt_path=resume`` and ``src/report.py`` read and leaving
-out what is large and rebuilt:
+Where a machine lasts a few hours, a study of days goes on only if what resuming needs is kept
+elsewhere (a mounted volume, a folder synced to an object store; not the repository, which takes
+no generated file over 2 MB). ``save`` copies a study folder (a sweep, BC starts, their logs) into
+such a folder, keeping what ``ckpt_path=resume`` and ``src/report.py`` read and leaving out what
+is large and rebuilt:
 
 * kept: the Hydra config, TensorBoard events, validation episodes, ``*_results.json``, text logs,
   a BC run's ``bc_policy_hf`` (the start of the RL runs), and ``checkpoints/last.ckpt`` of each run
@@ -18,10 +19,9 @@ out what is large and rebuilt:
 already has (a machine that kept running has the newer state). Then the study's own command
 resumes it::
 
-    python scripts/carry.py save logs/alfworld/study carry/alfworld_study --policies
-    git add carry/alfworld_study && git commit -m "carry: ALFWorld study at ..."
+    python scripts/carry.py save logs/alfworld/study /mnt/keep/alfworld_study --policies
     # next machine
-    python scripts/carry.py restore carry/alfworld_study logs/alfworld/study
+    python scripts/carry.py restore /mnt/keep/alfworld_study logs/alfworld/study
     BC=logs/alfworld/study/bc/bc_policy_hf OUT=logs/alfworld/study bash scripts/alfworld_study.sh
 """
 

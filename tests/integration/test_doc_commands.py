@@ -155,7 +155,7 @@ def plan(cmd: str) -> tuple[str, str]:
     if c.startswith("python src/compare.py"):
         return "run", "compares the fixture run's start and last validations game by game"
     if c.startswith("python scripts/carry.py"):
-        return "run", "saves the fixture runs into the test tree's carry/ folder and restores them"
+        return "run", "saves the fixture runs into a folder of the test tree and restores them"
     if c.startswith("git "):
         return "skip", "commits in the user's checkout"
     if "src/train.py" in cmd:
@@ -221,7 +221,7 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
     out = out.replace("logs/alfworld/study/rl", str(multirun))
     if cmd.startswith("python scripts/carry.py"):  # the fixture's logs/ (a BC + RL run) as the study folder
-        out = out.replace("logs/alfworld/study", str(fx.root / "logs"))
+        out = out.replace("logs/alfworld/study", str(fx.root / "logs")).replace("/mnt/keep/", str(fx.root / "keep") + "/")
     if cmd.startswith("python src/compare.py"):  # the eval folders of the lines before it: the run's own validations
         out = out.replace("logs/compare/start_s1", f"{run}/val_episodes/iter0.jsonl")
         out = out.replace("logs/compare/rl_s1", f"{run}/val_episodes/iter1.jsonl")
