@@ -39,5 +39,6 @@ BC=$(cd "$BC" && pwd)
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
 "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
   ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
-  rollout.val_episodes="$VAL_EPISODES" "hydra.sweep.dir='$OUT/rl'" $EXTRA > "$OUT/rl.out" 2>&1
+  rollout.val_episodes="$VAL_EPISODES" "hydra.sweep.dir='$OUT/rl'" $EXTRA > "$OUT/rl.out" 2>&1 ||
+  { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
 "$PY" src/report.py "$OUT/rl" --contrast "algo=sampo - algo=grpo"

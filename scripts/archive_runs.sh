@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
-# Copy the finished runs of a multirun folder (those that wrote policy_hf/, the last thing a run
-# does) into the repository, without checkpoints: TensorBoard events, the Hydra config, each
-# validation's episodes (val_episodes/, when the run wrote them) and the best checkpoint's name (best_checkpoint.txt): enough for `python src/report.py <dest>` to
-# rebuild every table and plot.
+# Copy the finished runs of a multirun folder (those whose rl_results.json, the last thing a run
+# writes, is there) into the repository, without checkpoints: TensorBoard events, the Hydra config,
+# the results record, each validation's episodes (val_episodes/, when the run wrote them) and the best
+# checkpoint's name (best_checkpoint.txt): enough for `python src/report.py <dest>` to rebuild every
+# table and plot. Unfinished runs are counted and left for a later call.
 #   bash scripts/archive_runs.sh logs/study/stage1 docs/results/arena_stage1/runs
 set -euo pipefail
 SRC=${1:?multirun folder}
 DEST=${2:?destination folder}
 mkdir -p "$DEST"
 n=0
+skipped=0
 for run in "$SRC"/*/; do
-  [ -d "$run/policy_hf" ] || continue
+  [ -d "$run/.hydra" ] || continue
+  # rl_results.json: a run drops it when it trains on, so a finished run extended later is not finished
+  if [ ! -f "$run/rl_results.json" ]; then skipped=$((skipped + 1)); continue; fi
   name=$(basename "$run")
-  parts=("$run/tensorboard" "$run/.hydra")
+  parts=("$run/tensorboard" "$run/.hydra" "$run/rl_results.json")
   if [ -d "$run/val_episodes" ]; then parts+=("$run/val_episodes"); fi
   mkdir -p "$DEST/$name"
   for part in "${parts[@]}"; do  # each part replaced whole (plain cp: rsync is not on every machine)
     rm -rf "$DEST/$name/$(basename "$part")"
     cp -a "$part" "$DEST/$name/"
   done
-  best=$(ls -t "$run"/checkpoints/best-*.ckpt 2>/dev/null | head -1 || true)
-  [ -n "$best" ] && basename "$best" > "$DEST/$name/best_checkpoint.txt"
+  # -d: a sharded best checkpoint is a folder, named itself rather than listed
+  best=$(ls -td "$run"/checkpoints/best-*.ckpt 2>/dev/null | head -1 || true)
+  if [ -n "$best" ]; then basename "$best" > "$DEST/$name/best_checkpoint.txt"; fi
   n=$((n + 1))
 done
-echo "archived $n finished runs of $SRC in $DEST"
+echo "archived $n finished runs of $SRC in $DEST ($skipped not finished, left out)"

@@ -65,24 +65,28 @@ if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 a
   BC=$(start BC bc_start)  # the same BC as `make train` seed 1 makes before its RL stage
 fi
 COMMON=(hydra/launcher=joblib_local experiment=sokoban debug=cpu_small ckpt_path=resume)
+failed() {  # <sweep name>: a multirun that failed stops the study with where to look
+  echo "the multirun $1 failed: see $OUT/$1.out (the same command resumes it)" >&2
+  exit 1
+}
 long_multirun() {  # <BC start> <methods> <sweep name>: stage 2's protocol on the long Sokoban
   "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$1'" "${LONG[@]}" "seed=$SEEDS" "algo=$2" \
     rl.iterations=$ITERS2 rl.val_every=$VAL_EVERY2 rollout.val_episodes=$VAL_EPISODES2 rl.optimizer.lr=$LR2 \
-    rl.mini_batches=$MB2 "hydra.sweep.dir='$OUT/$3'" $EXTRA > "$OUT/$3.out" 2>&1
+    rl.mini_batches=$MB2 "hydra.sweep.dir='$OUT/$3'" $EXTRA > "$OUT/$3.out" 2>&1 || failed "$3"
 }
 
 if [ "$STAGE" = 0 ] || [ "$STAGE" = all ]; then
   # stage 0: where does IS clipping act? token clip (GRPO), sequence clip (GSPO), CISPO's cap
   "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$BC'" algo=grpo,gspo,cispo seed=1 rl.iterations=20 rl.val_every=20 \
     rollout.val_episodes=32 rl.optimizer.lr=3e-4,1e-3 rl.mini_batches=8,16 "hydra.sweep.dir='$OUT/stage0'" $EXTRA \
-    > "$OUT/stage0.out" 2>&1
+    > "$OUT/stage0.out" 2>&1 || failed stage0
   "$PY" src/report.py "$OUT/stage0"
 fi
 if [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then
   # stage 1: collapse and rescue, paired seeds (seed first: every method finishes seed 1 before seed 2)
   "$PY" src/train.py -m "${COMMON[@]}" "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations=$ITERS \
     rl.val_every=$VAL_EVERY rollout.val_episodes=$VAL_EPISODES rl.optimizer.lr=$LR rl.mini_batches=$MB \
-    "hydra.sweep.dir='$OUT/stage1'" $EXTRA > "$OUT/stage1.out" 2>&1
+    "hydra.sweep.dir='$OUT/stage1'" $EXTRA > "$OUT/stage1.out" 2>&1 || failed stage1
   "$PY" src/report.py "$OUT/stage1" --contrast "algo=sampo - algo=grpo" --contrast "algo=gspo - algo=grpo" \
     --contrast "algo=cispo - algo=grpo" --contrast "algo=sapo - algo=grpo" \
     --contrast "algo=cispo_seqmask - algo=cispo" --contrast "algo=sapo_seqmask - algo=sapo"

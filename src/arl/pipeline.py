@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,8 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
             c = container(cfg)
             out_dir = run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
+    if rank_zero_only.rank == 0:  # a finished run trained on (more iterations): its old record no longer holds
+        (out_dir / RESULTS_FILE).unlink(missing_ok=True)
     L.seed_everything(int(c["seed"]), workers=True)
 
     _quiet_lightning_logging()
@@ -138,7 +141,9 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     if trainer.is_global_zero:
         _print_summary(results, out_dir)
         # the run's last act: what lets `ckpt_path=resume` recognise it as finished without its checkpoint
-        (out_dir / RESULTS_FILE).write_text(json.dumps(results, indent=2, default=float) + "\n")
+        record = out_dir / f"{RESULTS_FILE}.tmp"
+        record.write_text(json.dumps(results, indent=2, default=float) + "\n")
+        os.replace(record, out_dir / RESULTS_FILE)  # whole or absent: a torn record would stop a resume
     return results
 
 

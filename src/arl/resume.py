@@ -6,10 +6,13 @@ Light on purpose (no Lightning, no model code): ``src/train.py``'s dry run resol
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from arl.utils.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
@@ -59,8 +62,8 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
 
     A run that reached ``rl.iterations`` writes ``<run>/rl_results.json`` as its last act. When the
     run folder keeps that file but not ``checkpoints/last.ckpt`` (archived, carried to another
-    machine through git, or checkpoints deleted to save disk), running the same multirun command
-    again must not train the run anew from its start: the recorded results are returned instead.
+    machine by ``scripts/carry.py``, or checkpoints deleted to save disk), running the same multirun
+    command again must not train the run anew from its start: the recorded results are returned instead.
     None when the run has not finished or its checkpoint is there (the usual resume-at-end path);
     a ConfigError when it finished short of a since raised ``rl.iterations`` without its checkpoint.
     """
@@ -79,6 +82,11 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
             f"ckpt_path=resume: {out} finished at iteration {done} ({RESULTS_FILE}) and rl.iterations is now "
             f"{wanted}, but its checkpoints/last.ckpt is gone, so it cannot go on; put the checkpoint back "
             "or give the longer run another folder"
+        )
+    if done > wanted:
+        log.warning(
+            "ckpt_path=resume: %s finished at iteration %d (%s), more than rl.iterations=%d now; "
+            "its results are those of the longer run", out, done, RESULTS_FILE, wanted,
         )
     return results
 

@@ -437,6 +437,11 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
                             env={**env, "OUT": str(tmp_path / "failed"), "EXTRA": "bc.no_such_key=1"}, timeout=120)
     assert failed.returncode == 1 and "the BC start bc_start_weak failed" in failed.stderr, failed.stderr
     assert not (tmp_path / "failed" / "stage2b").exists()  # a BC start that failed starts no RL
+    broken = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "OUT": str(tmp_path / "broken"), "EXTRA": "rl.no_such_key=1",
+                                 "BC2B": str(out / "bc_start_weak" / "bc_policy_hf")}, timeout=120)
+    assert broken.returncode == 1 and "the multirun stage2b failed: see" in broken.stderr, broken.stderr
+    assert not (tmp_path / "broken" / "stage2b" / "report").exists()  # no report of a failed multirun
     report = (out / "stage2b" / "report" / "report.md").read_text()
     assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
 
@@ -483,6 +488,11 @@ def test_alfworld_study_runs_shortened(tmp_path):
                             env={**env, "OUT": str(tmp_path / "failed"), "EXTRA": "bc.no_such_key=1"}, timeout=120)
     assert failed.returncode == 1 and "the BC run failed" in failed.stderr, failed.stderr
     assert not (tmp_path / "failed" / "rl").exists()  # a BC start that failed starts no RL
+    broken = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                            env={**env, "OUT": str(tmp_path / "broken"), "EXTRA": "rl.no_such_key=1",
+                                 "BC": str(out / "bc" / "bc_policy_hf")}, timeout=120)
+    assert broken.returncode == 1 and "the RL multirun failed: see" in broken.stderr, broken.stderr
+    assert not (tmp_path / "broken" / "rl" / "report").exists()  # no report of a failed multirun
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

@@ -156,3 +156,27 @@ def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
     assert all(torch.equal(b[k], c[k]) for k in b)
     dry = _cli([*base, "dry_run=true"], tmp_path / "logs", flags=("-m",))
     assert dry.returncode == 0 and "finished earlier (rl_results.json); nothing to run" in dry.stdout, dry.stderr[-2000:]
+
+
+def test_a_finished_run_trained_on_drops_its_old_record(tmp_path, tiny_path):
+    """A run folder whose rl_results.json is from an earlier, shorter finish: once the run trains on,
+    the record is gone (a kill now must not leave the folder looking finished to ``ckpt_path=resume``
+    or to scripts/carry.py), and the run's end writes the new one whole."""
+    import lightning as L
+
+    from arl.pipeline import train
+
+    out = tmp_path / "run"
+    out.mkdir()
+    record = out / "rl_results.json"
+    record.write_text(json.dumps({"iterations_done": 1}))
+    seen: list[bool] = []
+
+    class Look(L.Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen.append(record.exists())
+
+    with sh.one_thread():
+        train(compose([*OVERRIDES, "rl.iterations=2", "rl.val_every=2"], output_dir=str(out)), callbacks=[Look()])
+    assert seen == [False]
+    assert json.loads(record.read_text())["iterations_done"] == 2 and not (out / "rl_results.json.tmp").exists()

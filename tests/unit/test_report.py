@@ -246,23 +246,33 @@ def test_an_archived_run_reports_like_the_original(tmp_path):
     from arl_testing import ROOT
 
     src = tmp_path / "sweep"
-    for seed, finished in ((1, True), (2, False)):
+    for seed, finished in ((1, True), (2, False), (3, True)):
         run = src / f"algo=grpo,seed={seed}"
         _write_run(run, {"val/success_rate": [(0, 0.25), (10, 0.5), (20, 0.375)]})
         (run / ".hydra").mkdir()
         (run / ".hydra" / "overrides.yaml").write_text(f"- algo=grpo\n- seed={seed}\n")
         (run / "checkpoints").mkdir()
-        (run / "checkpoints" / "best-iter10.ckpt").write_bytes(b"weights")
+        if seed == 3:  # a sharded (FSDP) best checkpoint: a folder of shards
+            (run / "checkpoints" / "best-iter20.ckpt").mkdir()
+            (run / "checkpoints" / "best-iter20.ckpt" / "__0_0.distcp").write_bytes(b"shard")
+        else:
+            (run / "checkpoints" / "best-iter10.ckpt").write_bytes(b"weights")
+        (run / "policy_hf").mkdir()  # seed 2 finished once and is training on: its old policy is still there
         if finished:
-            (run / "policy_hf").mkdir()
+            (run / "rl_results.json").write_text('{"iterations_done": 20}\n')
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "archive_runs.sh"), str(src), str(tmp_path / "kept")],
                           capture_output=True, text=True)
-    assert proc.returncode == 0 and "archived 1 finished runs" in proc.stdout, proc.stderr
-    (kept,) = find_runs(tmp_path / "kept")
-    (original,) = [r for r in find_runs(src) if r.name == kept.name]
-    assert kept.best_checkpoint == original.best_checkpoint == "best-iter10.ckpt"
-    assert kept.scalars == original.scalars
-    assert not (tmp_path / "kept" / kept.name / "checkpoints").exists()  # no weights in the archive
+    assert proc.returncode == 0 and "archived 2 finished runs" in proc.stdout, proc.stderr
+    assert "(1 not finished, left out)" in proc.stdout
+    kept = {r.name: r for r in find_runs(tmp_path / "kept")}
+    assert sorted(kept) == ["algo=grpo,seed=1", "algo=grpo,seed=3"]
+    original = {r.name: r for r in find_runs(src)}
+    assert kept["algo=grpo,seed=1"].best_checkpoint == original["algo=grpo,seed=1"].best_checkpoint == "best-iter10.ckpt"
+    assert kept["algo=grpo,seed=3"].best_checkpoint == "best-iter20.ckpt"
+    assert kept["algo=grpo,seed=1"].scalars == original["algo=grpo,seed=1"].scalars
+    for name in kept:
+        assert not (tmp_path / "kept" / name / "checkpoints").exists()  # no weights in the archive
+        assert (tmp_path / "kept" / name / "rl_results.json").exists()
 
 
 def test_smoothing_is_a_centred_moving_average():

@@ -42,9 +42,9 @@ def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp
     assert resolve_ckpt_path(c) == ck
 
 
-def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path):
+def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path, caplog):
     """`ckpt_path=resume` on a run folder that holds rl_results.json but no last.ckpt (archived or
-    carried through git): the record when the run reached rl.iterations, a clear error when
+    carried by scripts/carry.py): the record when the run reached rl.iterations, a clear error when
     rl.iterations has since grown (training on would start over), None in every other case."""
     import json
 
@@ -61,6 +61,8 @@ def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path):
     assert finished_results({**c, "ckpt_path": "last"}) is None
     with pytest.raises(ConfigError, match="finished at iteration 30 .* rl.iterations is now 40"):
         finished_results({**c, "rl": {"iterations": 40}})
+    assert finished_results({**c, "rl": {"iterations": 20}}) == record  # a longer run's record, said so
+    assert "finished at iteration 30 (rl_results.json), more than rl.iterations=20" in caplog.text
     ck = run / "checkpoints" / "last.ckpt"
     ck.parent.mkdir()
     ck.write_bytes(b"x")
