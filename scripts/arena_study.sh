@@ -47,7 +47,10 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
 start() {  # <variable name> <default folder name> <BC arguments...>: the BC start's bc_policy_hf, built
-           # once into $OUT/<name> when the variable is not set; a given folder that is missing stops here
+           # once into $OUT/<name> when the variable is not set; a given folder that is missing stops here.
+           # One thread: float sums then do not depend on what else runs, so a rebuild on another machine
+           # of the same kind gives the same weights bit for bit (docs/results.md, stage 2) and runs
+           # from either pair with each other
   local var=$1 name=$2 given=${!1:-}
   shift 2
   if [ -n "$given" ]; then
@@ -56,8 +59,10 @@ start() {  # <variable name> <default folder name> <BC arguments...>: the BC sta
     return
   fi
   if [ ! -d "$OUT/$name/bc_policy_hf" ]; then
-    "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false "$@" "hydra.run.dir='$OUT/$name'" \
-      $(single_run "$EXTRA") > "$OUT/$name.out" 2>&1 || { echo "the BC start $name failed: see $OUT/$name.out" >&2; exit 1; }
+    "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false threads=1 "$@" \
+      "hydra.run.dir='$OUT/$name'" $(single_run "$EXTRA") > "$OUT/$name.out" 2>&1 ||
+      { echo "the BC start $name failed: see $OUT/$name.out" >&2; exit 1; }
+    sha256sum "$OUT/$name/bc_policy_hf/model.safetensors" > "$OUT/$name.sha256"  # to compare with another build
   fi
   echo "$OUT/$name/bc_policy_hf"
 }

@@ -27,6 +27,7 @@ smoke run made once for the module; ``logs/`` of that run lives in a temporary `
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -425,7 +426,11 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert not (out / "bc_start").exists() and not (out / "bc_start_long").exists()
-    bc = yaml.safe_load((out / "bc_start_weak" / ".hydra" / "config.yaml").read_text())["bc"]
+    bc_cfg = yaml.safe_load((out / "bc_start_weak" / ".hydra" / "config.yaml").read_text())
+    assert bc_cfg["threads"] == 1  # one thread: the start rebuilds bit for bit
+    assert (out / "bc_start_weak.sha256").read_text().split()[0] == hashlib.sha256(
+        (out / "bc_start_weak" / "bc_policy_hf" / "model.safetensors").read_bytes()).hexdigest()
+    bc = bc_cfg["bc"]
     assert bc["episodes"] == 8 and bc["epochs"] == 1 and not bc["bootstrap"]["enabled"]
     jobs = {p.name.split(",")[0]: p for p in (out / "stage2b").iterdir() if p.is_dir() and p.name != "report"}
     assert set(jobs) == {"algo=dapo_gigpo", "algo=stage_aware_gigpo"}
