@@ -51,20 +51,29 @@ start() {  # <variable name> <default folder name> <BC arguments...>: the BC sta
            # One thread: float sums then do not depend on what else runs, so a rebuild on another machine
            # of the same kind gives the same weights bit for bit (docs/results.md, stage 2) and runs
            # from either pair with each other
-  local var=$1 name=$2 given=${!1:-}
+  local var=$1 name=$2 given=${!1:-} sha=${1}_SHA256 policy
   shift 2
   if [ -n "$given" ]; then
     if [ ! -d "$given" ]; then echo "$var=$given: no such folder (a BC run's bc_policy_hf)" >&2; exit 2; fi
-    (cd "$given" && pwd)
-    return
+    policy=$(cd "$given" && pwd)
+  else
+    policy=$OUT/$name/bc_policy_hf
+    if [ ! -d "$policy" ]; then
+      "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false threads=1 "$@" \
+        "hydra.run.dir='$OUT/$name'" $(single_run "$EXTRA") > "$OUT/$name.out" 2>&1 ||
+        { echo "the BC start $name failed: see $OUT/$name.out" >&2; exit 1; }
+      sha256sum "$policy/model.safetensors" > "$OUT/$name.sha256"  # to compare with another build
+    fi
   fi
-  if [ ! -d "$OUT/$name/bc_policy_hf" ]; then
-    "$PY" src/train.py experiment=sampo_sokoban debug=cpu_small seed=1 rl.enabled=false threads=1 "$@" \
-      "hydra.run.dir='$OUT/$name'" $(single_run "$EXTRA") > "$OUT/$name.out" 2>&1 ||
-      { echo "the BC start $name failed: see $OUT/$name.out" >&2; exit 1; }
-    sha256sum "$OUT/$name/bc_policy_hf/model.safetensors" > "$OUT/$name.sha256"  # to compare with another build
+  local want=${!sha:-} got  # <var>_SHA256: the start the archived runs came from (docs/results.md)
+  if [ -n "$want" ]; then
+    got=$(sha256sum "$policy/model.safetensors" | cut -d' ' -f1)
+    if [ "$got" != "$want" ]; then
+      echo "the BC start $name differs from ${sha}=$want (its weights: $got): runs from it would not pair with those" >&2
+      exit 1
+    fi
   fi
-  echo "$OUT/$name/bc_policy_hf"
+  echo "$policy"
 }
 if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 and 2b have their own starts
   BC=$(start BC bc_start)  # the same BC as `make train` seed 1 makes before its RL stage

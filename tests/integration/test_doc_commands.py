@@ -444,9 +444,13 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     assert not (tmp_path / "failed" / "stage2b").exists()  # a BC start that failed starts no RL
     broken = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, capture_output=True, text=True,
                             env={**env, "OUT": str(tmp_path / "broken"), "EXTRA": "rl.no_such_key=1",
-                                 "BC2B": str(out / "bc_start_weak" / "bc_policy_hf")}, timeout=120)
+                                 "BC2B": str(out / "bc_start_weak" / "bc_policy_hf"),  # its own hash: passes
+                                 "BC2B_SHA256": (out / "bc_start_weak.sha256").read_text().split()[0]}, timeout=120)
     assert broken.returncode == 1 and "the multirun stage2b failed: see" in broken.stderr, broken.stderr
     assert not (tmp_path / "broken" / "stage2b" / "report").exists()  # no report of a failed multirun
+    other = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "BC2B_SHA256": "0" * 64}, timeout=120)  # not the start the runs came from
+    assert other.returncode == 1 and f"the BC start bc_start_weak differs from BC2B_SHA256={'0' * 64}" in other.stderr
     report = (out / "stage2b" / "report" / "report.md").read_text()
     assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
 
