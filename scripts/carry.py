@@ -192,9 +192,9 @@ def restore(src: Path, dest: Path) -> tuple[int, int, list[Path]]:
     copied = kept = 0
     differ: list[Path] = []
     for path in sorted(src.rglob("*")):
-        if not path.is_file() or path.relative_to(src) == Path(MARKER):
-            continue
         rel = path.relative_to(src)
+        if not path.is_file() or rel == Path(MARKER):
+            continue
         target = dest / rel
         if target.exists():
             kept += 1
