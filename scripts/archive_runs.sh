@@ -3,7 +3,8 @@
 # writes, is there) into the repository, without checkpoints: TensorBoard events, the Hydra config,
 # the results record, each validation's episodes (val_episodes/, when the run wrote them) and the best
 # checkpoint's name (best_checkpoint.txt): enough for `python src/report.py <dest>` to rebuild every
-# table and plot. Unfinished runs are counted and left for a later call.
+# table and plot. Unfinished runs are counted and left for a later call; runs archived before with the same
+# rl_results.json are left as they are.
 #   bash scripts/archive_runs.sh logs/study/stage1 docs/results/arena_stage1/runs
 set -euo pipefail
 SRC=${1:?multirun folder}
@@ -11,11 +12,15 @@ DEST=${2:?destination folder}
 mkdir -p "$DEST"
 n=0
 skipped=0
+same=0
 for run in "$SRC"/*/; do
   [ -d "$run/.hydra" ] || continue
   # rl_results.json: a run drops it when it trains on, so a finished run extended later is not finished
   if [ ! -f "$run/rl_results.json" ]; then skipped=$((skipped + 1)); continue; fi
   name=$(basename "$run")
+  # the same record as the archived one: the run was archived before (and perhaps copied back onto a new
+  # machine, where resuming the multirun rewrote its .hydra launcher settings): the archive stays as it was
+  if cmp -s "$run/rl_results.json" "$DEST/$name/rl_results.json"; then same=$((same + 1)); continue; fi
   parts=("$run/tensorboard" "$run/.hydra" "$run/rl_results.json")
   if [ -d "$run/val_episodes" ]; then parts+=("$run/val_episodes"); fi
   mkdir -p "$DEST/$name"
@@ -28,4 +33,4 @@ for run in "$SRC"/*/; do
   if [ -n "$best" ]; then basename "$best" > "$DEST/$name/best_checkpoint.txt"; fi
   n=$((n + 1))
 done
-echo "archived $n finished runs of $SRC in $DEST ($skipped not finished, left out)"
+echo "archived $n finished runs of $SRC in $DEST ($same archived before and unchanged, $skipped not finished, left out)"

@@ -263,7 +263,7 @@ def test_an_archived_run_reports_like_the_original(tmp_path):
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "archive_runs.sh"), str(src), str(tmp_path / "kept")],
                           capture_output=True, text=True)
     assert proc.returncode == 0 and "archived 2 finished runs" in proc.stdout, proc.stderr
-    assert "(1 not finished, left out)" in proc.stdout
+    assert "(0 archived before and unchanged, 1 not finished, left out)" in proc.stdout
     kept = {r.name: r for r in find_runs(tmp_path / "kept")}
     assert sorted(kept) == ["algo=grpo,seed=1", "algo=grpo,seed=3"]
     original = {r.name: r for r in find_runs(src)}
@@ -273,6 +273,16 @@ def test_an_archived_run_reports_like_the_original(tmp_path):
     for name in kept:
         assert not (tmp_path / "kept" / name / "checkpoints").exists()  # no weights in the archive
         assert (tmp_path / "kept" / name / "rl_results.json").exists()
+    # archived again after a new machine copied the runs back and resumed the multirun (which rewrote
+    # seed 1's launcher settings): the unchanged record leaves the archive as it was; seed 3 trained on
+    (src / "algo=grpo,seed=1" / ".hydra" / "overrides.yaml").write_text("- algo=grpo\n- seed=1\n- hydra.launcher.n_jobs=2\n")
+    (src / "algo=grpo,seed=3" / "rl_results.json").write_text('{"iterations_done": 30}\n')
+    again = subprocess.run(["bash", str(ROOT / "scripts" / "archive_runs.sh"), str(src), str(tmp_path / "kept")],
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and "archived 1 finished runs" in again.stdout, again.stderr
+    assert "(1 archived before and unchanged, 1 not finished, left out)" in again.stdout
+    assert "n_jobs" not in (tmp_path / "kept" / "algo=grpo,seed=1" / ".hydra" / "overrides.yaml").read_text()
+    assert "30" in (tmp_path / "kept" / "algo=grpo,seed=3" / "rl_results.json").read_text()
 
 
 def test_smoothing_is_a_centred_moving_average():
