@@ -670,13 +670,12 @@ def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
         starts = [r.first("val/success_rate") for r in groups[name]]
         ax.bar(i, statistics.mean(finals), color="tab:blue", alpha=0.55, width=0.7)
         ax.scatter([i] * len(finals), finals, color="tab:blue", s=14, zorder=3)
-        ax.hlines(statistics.mean(starts), i - 0.35, i + 0.35, colors="black", linestyles="--", lw=1.2,
-                  label="start (mean)" if i == 0 else None)
+        ax.hlines(statistics.mean(starts), i - 0.35, i + 0.35, colors="black", linestyles="--", lw=1.2)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels([n.replace("experiment=", "") for n in names], rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("final validation success")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8, frameon=False)
+    # no legend: the title names the marks, and a legend inside the axes covered a setting's start dash
     ax.set_title("final validation success (bar: seed mean, dots: seeds, dashes: start)", fontsize=10)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
