@@ -5,6 +5,7 @@
 # (gain over the BC start with its interval, success per task type, SAMPO against GRPO):
 #   bash scripts/alfworld_study.sh                                   # BC (unless $BC exists), RL, report
 #   BC=<bc run>/bc_policy_hf bash scripts/alfworld_study.sh            # RL from an earlier BC policy
+#   BC_SHA256=<hash> bash scripts/alfworld_study.sh                  # stop unless the start is that one
 # The RL runs are one Hydra multirun (hydra/launcher=joblib_local, N_JOBS at a time, seed first: every
 # method finishes seed 1 before seed 2) with ckpt_path=resume in a fixed sweep folder: the same command
 # resumes an interrupted study. A run is about 30 iterations x 5-6 min on one core (docs/results.md).
@@ -18,6 +19,7 @@ ITERS=${ITERS:-30}
 VAL_EVERY=${VAL_EVERY:-15}
 VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's generated pool is 140)
 N_JOBS=${N_JOBS:-1}
+BC_THREADS=${BC_THREADS:-1}          # the BC start's torch threads (2 alone on both cores: 1.1 s a step, not 1.7)
 EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the RL multirun only
 single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
   local a
@@ -28,14 +30,25 @@ OUT=$(cd "$OUT" && pwd)
 if [ -z "${BC:-}" ]; then  # the study's own BC start (the ninth attempt's run), once
   BC=$OUT/bc/bc_policy_hf
   if [ ! -d "$BC" ]; then
-    "$PY" src/train.py experiment=bc_alfworld debug=cpu_small seed=1 bc.val_untrained=false "hydra.run.dir='$OUT/bc'" \
-      $(single_run "$EXTRA") > "$OUT/bc.out" 2>&1 || { echo "the BC run failed: see $OUT/bc.out" >&2; exit 1; }
+    # a fixed thread count (BC_THREADS): float sums then do not depend on what else runs, so a rebuild on
+    # another machine of the same kind can give the same weights (checked with BC_SHA256)
+    "$PY" src/train.py experiment=bc_alfworld debug=cpu_small seed=1 bc.val_untrained=false threads="$BC_THREADS" \
+      "hydra.run.dir='$OUT/bc'" $(single_run "$EXTRA") > "$OUT/bc.out" 2>&1 ||
+      { echo "the BC run failed: see $OUT/bc.out" >&2; exit 1; }
+    sha256sum "$BC/model.safetensors" > "$OUT/bc.sha256"
   fi
 elif [ ! -d "$BC" ]; then
   echo "BC=$BC: no such folder (a BC run's bc_policy_hf)" >&2
   exit 2
 fi
 BC=$(cd "$BC" && pwd)
+if [ -n "${BC_SHA256:-}" ]; then  # the start that archived runs came from: runs from another would not pair
+  got=$(sha256sum "$BC/model.safetensors" | cut -d' ' -f1)
+  if [ "$got" != "$BC_SHA256" ]; then
+    echo "the BC start $BC differs from BC_SHA256=$BC_SHA256 (its weights: $got): runs from it would not pair with those" >&2
+    exit 1
+  fi
+fi
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
 "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
   ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \

@@ -479,6 +479,9 @@ def test_alfworld_study_runs_shortened(tmp_path):
     bc = yaml.safe_load((out / "bc" / ".hydra" / "config.yaml").read_text())
     assert bc["env"]["kwargs"]["notes"] and bc["env"]["kwargs"]["num_games"] == {"train": 20000}
     assert not bc["bc"]["bootstrap"]["enabled"] and not bc["bc"]["dagger"]["enabled"]
+    assert bc["threads"] == 1  # BC_THREADS: a start that can be rebuilt bit for bit
+    digest = hashlib.sha256((out / "bc" / "bc_policy_hf" / "model.safetensors").read_bytes()).hexdigest()
+    assert (out / "bc.sha256").read_text().split()[0] == digest
     jobs = {p.name.split(",")[0]: p for p in (out / "rl").iterdir() if p.is_dir() and p.name != "report"}
     assert set(jobs) == {"algo=sampo", "algo=grpo"}
     cfg = yaml.safe_load((jobs["algo=grpo"] / ".hydra" / "config.yaml").read_text())
@@ -502,6 +505,12 @@ def test_alfworld_study_runs_shortened(tmp_path):
                                  "BC": str(out / "bc" / "bc_policy_hf")}, timeout=120)
     assert broken.returncode == 1 and "the RL multirun failed: see" in broken.stderr, broken.stderr
     assert not (tmp_path / "broken" / "rl" / "report").exists()  # no report of a failed multirun
+    again = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "BC_SHA256": digest}, timeout=300)  # its own start: the finished runs stop at once
+    assert again.returncode == 0, again.stderr[-3000:]
+    other = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "BC_SHA256": "0" * 64}, timeout=60)  # not the start the runs came from
+    assert other.returncode == 1 and f"differs from BC_SHA256={'0' * 64}" in other.stderr, other.stderr
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):
