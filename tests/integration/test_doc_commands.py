@@ -276,8 +276,11 @@ def _needs_the_cli(cmd: str, make: bool) -> bool:
 
 def _make_recipe(target: str) -> list[str]:
     """The ``src/train.py`` commands ``make -n <target>`` would run (with ``python`` for the venv's)."""
-    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", ".venv/.smollm2", target, "PY=python"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    # ARGS= and no MAKEFLAGS: the recipe as the README runs it, not with the outer `make test ARGS=...`'s
+    # pytest arguments, which a sub-make would inherit
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "-o", ".venv/.smollm2", target, "PY=python", "ARGS="],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     cmds = [line.strip() for line in out.stdout.splitlines() if "src/train.py" in line]
     assert cmds, f"make -n {target} runs no src/train.py command:\n{out.stdout}"
