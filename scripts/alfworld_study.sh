@@ -21,10 +21,7 @@ VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's 
 N_JOBS=${N_JOBS:-1}
 BC_THREADS=${BC_THREADS:-1}          # the BC start's torch threads (2 alone on both cores: 1.1 s a step, not 1.7)
 EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the RL multirun only
-single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
-  local a
-  for a in $1; do case $a in hydra.launcher.*) ;; *) printf '%s\n' "$a" ;; esac; done
-}
+source scripts/study_lib.sh  # single_run, check_start
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 if [ -z "${BC:-}" ]; then  # the study's own BC start (the ninth attempt's run), once
@@ -42,13 +39,7 @@ elif [ ! -d "$BC" ]; then
   exit 2
 fi
 BC=$(cd "$BC" && pwd)
-if [ -n "${BC_SHA256:-}" ]; then  # the start that archived runs came from: runs from another would not pair
-  got=$(sha256sum "$BC/model.safetensors" | cut -d' ' -f1)
-  if [ "$got" != "$BC_SHA256" ]; then
-    echo "the BC start $BC differs from BC_SHA256=$BC_SHA256 (its weights: $got): runs from it would not pair with those" >&2
-    exit 1
-  fi
-fi
+check_start "$BC" "$BC" BC_SHA256  # the start the archived runs came from, when given
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
 "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment=alfworld debug=cpu_small \
   ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \

@@ -39,10 +39,7 @@ METHODS2B=${METHODS2B:-dapo_gigpo,stage_aware_gigpo}
 WEAK_BC=${WEAK_BC:-96}
 LONG=(env.max_turns=20 "env.kwargs.dim_room=[7,7]" env.kwargs.num_boxes=2 env.kwargs.search_depth=100 env.kwargs.max_steps=20)
 EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the multiruns only
-single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
-  local a
-  for a in $1; do case $a in hydra.launcher.*) ;; *) printf '%s\n' "$a" ;; esac; done
-}
+source scripts/study_lib.sh  # single_run, check_start
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets (a multirun job's name does)
@@ -65,14 +62,7 @@ start() {  # <variable name> <default folder name> <BC arguments...>: the BC sta
       sha256sum "$policy/model.safetensors" > "$OUT/$name.sha256"  # to compare with another build
     fi
   fi
-  local want=${!sha:-} got  # <var>_SHA256: the start the archived runs came from (docs/results.md)
-  if [ -n "$want" ]; then
-    got=$(sha256sum "$policy/model.safetensors" | cut -d' ' -f1)
-    if [ "$got" != "$want" ]; then
-      echo "the BC start $name differs from ${sha}=$want (its weights: $got): runs from it would not pair with those" >&2
-      exit 1
-    fi
-  fi
+  check_start "$policy" "$name" "$sha"  # <var>_SHA256: the start the archived runs came from
   echo "$policy"
 }
 if [ "$STAGE" = 0 ] || [ "$STAGE" = 1 ] || [ "$STAGE" = all ]; then  # stage 2 and 2b have their own starts
