@@ -206,7 +206,8 @@ def bc_scalars(results_path: Path) -> dict[str, Series]:
 
 
 def find_runs(multirun: Path) -> list[Run]:
-    """The runs under a multirun folder (subfolders with TensorBoard events), sorted by name."""
+    """The runs under a multirun folder (subfolders with TensorBoard events), sorted by setting and
+    seed (:func:`_run_order`)."""
     multirun = Path(multirun)
     if not multirun.is_dir():
         raise FileNotFoundError(f"no such folder: {multirun}")
@@ -233,7 +234,13 @@ def find_runs(multirun: Path) -> list[Run]:
     for r in runs:  # labels show what differs between the runs; the rest is said once
         r.overrides = {k: v for k, v in r.overrides.items() if k not in common}
         r.common = common
-    return runs
+    return sorted(runs, key=_run_order)
+
+
+def _run_order(run: Run) -> tuple:
+    """Setting first, then the seed as a number (seed 10 after seed 9), then the folder name."""
+    seed = run.overrides.get("seed", "")
+    return (run.group, int(seed) if seed.lstrip("-").isdigit() else math.inf, seed, run.name)
 
 
 def best_checkpoint(run_dir: Path) -> str | None:
@@ -399,6 +406,38 @@ def run_table(runs: Iterable[Run]) -> str:
                  _fmt(r.mean("actor/clipfrac"), 4), _fmt(r.final("rollout/valid_action_ratio")),
                  _fmt(r.final("train/optimizer_steps"), 0), _fmt(r.final("train/updates_skipped"), 0)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+MAX_VALIDATION_COLUMNS = 12  # wider tables are left to the curves
+
+
+def validation_table(runs: Iterable[Run], tag: str = "val/success_rate") -> str:
+    """Validation success of every run at every validation iteration ("-" where a run had not
+    reached that check), then, where a setting has several seeds, its mean over the seeds that
+    reached each check. An empty string for fewer than two checks or more than
+    :data:`MAX_VALIDATION_COLUMNS` of them.
+
+    Example: runs ``seed=1`` (validations 0.2 at iteration 0, 0.4 at 10) and ``seed=2`` (0.3 at 0)
+    of one setting ``s`` give the rows ``| `seed=1` | 0.200 | 0.400 |``, ``| `seed=2` | 0.300 | - |``
+    and ``| mean of `s` (2 seeds) | 0.250 | 0.400 |``."""
+    runs = [r for r in runs if not r.bc_only and r.scalars.get(tag)]
+    steps = sorted({step for r in runs for step, _ in r.scalars[tag]})
+    if not 2 <= len(steps) <= MAX_VALIDATION_COLUMNS:
+        return ""
+    at = {r.label: dict(r.scalars[tag]) for r in runs}
+    head = ["run", *[f"it {s}" for s in steps]]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(steps)]
+    for r in runs:
+        lines.append("| " + " | ".join([f"`{r.label}`", *[_fmt(at[r.label].get(s)) for s in steps]]) + " |")
+    groups = settings(runs)
+    if any(len(m) > 1 for m in groups.values()):
+        for name, members in groups.items():
+            cells = []
+            for s in steps:
+                values = [at[r.label][s] for r in members if s in at[r.label]]
+                cells.append(_fmt(statistics.fmean(values)) if values else "-")
+            lines.append("| " + " | ".join([f"mean of `{name}` ({len(members)} seed{'s' if len(members) != 1 else ''})", *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -776,6 +815,7 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         validation_line(runs),
         "## Runs",
         run_table(runs),
+        *(["## Validation success at each check", checks] if (checks := validation_table(runs)) else []),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
         *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from arl.report import find_runs, group_table, parse_overrides, run_table, write_report
+from arl.report import find_runs, group_table, parse_overrides, run_table, validation_table, write_report
 
 
 def _write_run(folder, scalars):
@@ -410,3 +410,28 @@ def test_compare_cli_refuses_odd_arguments_and_games_in_common(tmp_path, capsys)
     assert main([str(a), str(tmp_path / "missing")]) == 2 and "no episodes file" in capsys.readouterr().err
     assert main([str(a), str(a), "--out", str(tmp_path / "t.md")]) == 0
     assert "| 2 | 1 (0.500) | 1 (0.500) | 0 | 0 | 1 | +0.000 |" in (tmp_path / "t.md").read_text()
+
+
+def test_validation_at_each_check_by_hand(tmp_path):
+    root = tmp_path / "m"
+    _write_run(root / "algo=grpo,seed=1", {"val/success_rate": [(0, 0.2), (20, 0.1), (40, 0.3)]})
+    _write_run(root / "algo=grpo,seed=2", {"val/success_rate": [(0, 0.4), (20, 0.3)]})  # not yet at 40
+    _write_run(root / "algo=gigpo,seed=1", {"val/success_rate": [(0, 0.2), (20, 0.25), (40, 0.5)]})
+    runs = find_runs(root)
+    lines = validation_table(runs).splitlines()
+    assert lines[0] == "| run | it 0 | it 20 | it 40 |"
+    assert "| `algo=grpo,seed=1` | 0.200 | 0.100 | 0.300 |" in lines
+    assert "| `algo=grpo,seed=2` | 0.400 | 0.300 | - |" in lines
+    assert "| `algo=gigpo,seed=1` | 0.200 | 0.250 | 0.500 |" in lines
+    # the mean over the seeds that reached each check: (0.2 + 0.4) / 2, (0.1 + 0.3) / 2, 0.3 alone
+    assert "| mean of `algo=grpo` (2 seeds) | 0.300 | 0.200 | 0.300 |" in lines
+    assert "| mean of `algo=gigpo` (1 seed) | 0.200 | 0.250 | 0.500 |" in lines
+    assert len(lines) == 2 + 3 + 2
+    assert "## Validation success at each check" in write_report(root, tmp_path / "out").read_text()
+    # one check says nothing over time; more columns than fit are left to the curves
+    one = tmp_path / "one"
+    _write_run(one / "seed=1", {"val/success_rate": [(0, 0.2)]})
+    assert validation_table(find_runs(one)) == ""
+    wide = tmp_path / "wide"
+    _write_run(wide / "seed=1", {"val/success_rate": [(i, 0.1) for i in range(13)]})
+    assert validation_table(find_runs(wide)) == ""
