@@ -60,7 +60,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     if done is not None:
         console.print(
             f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
-            "its checkpoint is gone, nothing to resume"
+            "nothing to run"
         )
         return done
     ckpt = resolve_ckpt_path(c)

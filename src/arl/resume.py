@@ -58,14 +58,18 @@ RESULTS_FILE = "rl_results.json"
 
 
 def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
-    """With ``ckpt_path=resume``: the results a finished run recorded, when its checkpoint is gone.
+    """With ``ckpt_path=resume``: the results a finished run recorded, so that it is left as it is.
 
-    A run that reached ``rl.iterations`` writes ``<run>/rl_results.json`` as its last act. When the
-    run folder keeps that file but not ``checkpoints/last.ckpt`` (archived, carried to another
-    machine by ``scripts/carry.py``, or checkpoints deleted to save disk), running the same multirun
-    command again must not train the run anew from its start: the recorded results are returned instead.
-    None when the run has not finished or its checkpoint is there (the usual resume-at-end path);
-    a ConfigError when it finished short of a since raised ``rl.iterations`` without its checkpoint.
+    A run that reached ``rl.iterations`` writes ``<run>/rl_results.json`` as its last act. Running the
+    same multirun command again must leave such a run alone, whether the folder still holds its
+    final ``checkpoints/last.ckpt`` or not (archived, carried to another machine by
+    ``scripts/carry.py``, or checkpoints deleted to save disk): the recorded results are returned.
+    (Resuming from the final checkpoint instead would train nothing but reload the run, add an empty
+    event file and rewrite the record without its ``val_before_rl``.)
+
+    None when the run has not finished, or when its checkpoint is there and training goes on from
+    it (``rl.iterations`` raised since, or a checkpoint newer than the record); a ConfigError when it
+    finished short of a since raised ``rl.iterations`` without its checkpoint.
     """
     import json
 
@@ -73,10 +77,13 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
         return None
     out = Path(c["paths"]["output_dir"])
     record = out / RESULTS_FILE
-    if (out / "checkpoints" / "last.ckpt").exists() or not record.exists():
+    if not record.exists():
         return None
     results = json.loads(record.read_text())
     done, wanted = int(results.get("iterations_done", -1)), int(c["rl"]["iterations"])
+    last = out / "checkpoints" / "last.ckpt"
+    if last.exists() and (done < wanted or checkpoint_iteration(last) != done):
+        return None  # train on from the checkpoint
     if done < wanted:  # training on would start over from the start policy and overwrite the run
         raise ConfigError(
             f"ckpt_path=resume: {out} finished at iteration {done} ({RESULTS_FILE}) and rl.iterations is now "

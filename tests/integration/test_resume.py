@@ -142,12 +142,20 @@ def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
     assert [p for p in sweep.iterdir() if p.is_dir()] == [job]
     a, b = _weights(straight_dir), _weights(job)
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= EXACT
+    # the finished job, its final checkpoint still there: the same command leaves it as it is (no
+    # reload, no new event file, the record untouched)
+    record_text = (job / "rl_results.json").read_text()
+    record = json.loads(record_text)
+    assert record["iterations_done"] == 4 and record["val_after_rl"]["val/success_rate"] >= 0
+    events = sorted((job / "tensorboard").rglob("events.*"))
+    fourth = _cli(base, tmp_path / "logs", flags=("-m",))
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    assert "finished earlier (4 iterations" in fourth.stdout
+    assert sorted((job / "tensorboard").rglob("events.*")) == events
+    assert (job / "rl_results.json").read_text() == record_text
     # the finished job without its checkpoints (archived, or carried through git): the same command
     # recognises it by rl_results.json and leaves it as it is instead of training it from the start
-    record = json.loads((job / "rl_results.json").read_text())
-    assert record["iterations_done"] == 4 and record["val_after_rl"]["val/success_rate"] >= 0
     shutil.rmtree(job / "checkpoints")
-    events = sorted((job / "tensorboard").rglob("events.*"))
     third = _cli(base, tmp_path / "logs", flags=("-m",))
     assert third.returncode == 0, third.stderr[-3000:]
     assert "finished earlier (4 iterations" in third.stdout

@@ -42,10 +42,11 @@ def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp
     assert resolve_ckpt_path(c) == ck
 
 
-def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path, caplog):
-    """`ckpt_path=resume` on a run folder that holds rl_results.json but no last.ckpt (archived or
-    carried by scripts/carry.py): the record when the run reached rl.iterations, a clear error when
-    rl.iterations has since grown (training on would start over), None in every other case."""
+def test_a_finished_run_returns_its_record_with_or_without_its_checkpoint(tmp_path, caplog):
+    """`ckpt_path=resume` on a run folder that holds rl_results.json: the record when the run reached
+    rl.iterations, with or without its final last.ckpt (archived or carried by scripts/carry.py); a
+    clear error when rl.iterations has since grown and the checkpoint is gone (training on would
+    start over); None when training goes on from the checkpoint."""
     import json
 
     from arl.resume import RESULTS_FILE, finished_results
@@ -63,8 +64,12 @@ def test_a_finished_run_without_its_checkpoint_returns_its_record(tmp_path, capl
         finished_results({**c, "rl": {"iterations": 40}})
     assert finished_results({**c, "rl": {"iterations": 20}}) == record  # a longer run's record, said so
     assert "finished at iteration 30 (rl_results.json), more than rl.iterations=20" in caplog.text
+    import torch
+
     ck = run / "checkpoints" / "last.ckpt"
     ck.parent.mkdir()
-    ck.write_bytes(b"x")
-    assert finished_results(c) is None  # the checkpoint is there: the usual resume at the end
-    assert finished_results({**c, "rl": {"iterations": 40}}) is None  # ... which can go on
+    torch.save({"arl": {"iteration": 30}}, ck)
+    assert finished_results(c) == record  # the final checkpoint is there too: still finished, left alone
+    assert finished_results({**c, "rl": {"iterations": 40}}) is None  # ... unless it is to go on from it
+    torch.save({"arl": {"iteration": 34}}, ck)  # a checkpoint past the record (the run trained on): resume
+    assert finished_results(c) is None
