@@ -654,7 +654,7 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
             name = tag if len(PLOTS[stem][1]) > 1 else title
             ax.set_title(name + (f" (moving average of {window} iterations)" if window > 1 else ""), fontsize=10)
             ax.set_xlabel("iteration")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # round ticks: 0, 10, 20, not 0, 8, 16
             ax.grid(alpha=0.3)
         handles, labels = axes.flat[0].get_legend_handles_labels()
         legend = None
