@@ -335,6 +335,22 @@ def gigpo(
     return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
 
 
+def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
+    """Fraction of turns whose anchor state another turn of the same group also acted on: the turns
+    GiGPO's step part compares (a cluster of one gets A_S = 0). Shapes: (N,), (N,) -> float; 0.0
+    for no turn.
+
+    Example: groups (0, 0, 0, 1, 1) with anchors (5, 5, 7, 5, 9): only the two turns of group 0
+    at anchor 5 share theirs (anchor 5 in group 1 is another cluster), so 2 / 5 = 0.4.
+    """
+    if _check_1d(group_ids=group_ids, anchor_keys=anchor_keys) == 0:
+        return 0.0
+    group_index, _ = _dense_index(group_ids)
+    cluster_index, num_clusters = _dense_pair_index(group_index, anchor_keys)
+    size = torch.bincount(cluster_index, minlength=num_clusters)
+    return float((size[cluster_index] > 1).to(torch.float64).mean())
+
+
 # --------------------------------------------------------------------------------------------
 # turn-level estimators (uniform signature)
 # --------------------------------------------------------------------------------------------

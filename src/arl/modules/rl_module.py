@@ -315,6 +315,8 @@ class AgenticRLModule(LightningModule):
                 "adv/mean": float(adv.mean()),
                 "adv/std": float(adv.std()) if adv.numel() > 1 else 0.0,
                 "adv/frac_zero": float((adv.abs() < 1e-8).float().mean()),
+                # how much GiGPO's step part has to compare (logged for every estimator)
+                "adv/shared_anchor_frac": advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]),
             }
         )
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:

@@ -287,3 +287,39 @@ def test_gigpo_is_vectorised() -> None:
     start = time.perf_counter()
     gigpo(**data)
     assert time.perf_counter() - start < 0.5
+
+
+def test_shared_anchor_fraction_by_hand():
+    from arl.algos.advantages import shared_anchor_fraction
+
+    g = torch.tensor([0, 0, 0, 1, 1])
+    # only group 0's two turns at anchor 5 share it; anchor 5 in group 1 is another cluster
+    assert shared_anchor_fraction(g, torch.tensor([5, 5, 7, 5, 9])) == pytest.approx(0.4)
+    assert shared_anchor_fraction(g, torch.tensor([1, 1, 1, 2, 2])) == 1.0
+    assert shared_anchor_fraction(g, torch.tensor([1, 2, 3, 4, 5])) == 0.0
+    assert shared_anchor_fraction(torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)) == 0.0
+    with pytest.raises(ValueError):
+        shared_anchor_fraction(g, torch.tensor([1, 2]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=40))
+def test_shared_anchor_fraction_is_where_gigpo_step_part_can_be_nonzero(pairs):
+    """A turn alone at its anchor gets a zero step part from GiGPO (episode part off, step weight
+    1), so the shared fraction bounds the fraction of nonzero step advantages."""
+    from arl.algos.advantages import shared_anchor_fraction
+
+    g = torch.tensor([p[0] for p in pairs])
+    a = torch.tensor([p[1] for p in pairs])
+    frac = shared_anchor_fraction(g, a)
+    n = len(pairs)
+    counts = {}
+    for p in pairs:
+        counts[p] = counts.get(p, 0) + 1
+    assert frac == pytest.approx(sum(counts[p] > 1 for p in pairs) / n)
+    # every turn its own episode with reward = its index: a lone turn's step part is 0
+    rewards = torch.arange(n, dtype=torch.float64)
+    step = gigpo(rewards, torch.arange(n), torch.zeros(n, dtype=torch.long), g, a, torch.ones(n, dtype=torch.bool),
+                 gamma=1.0, step_weight=1.0) - gigpo(rewards, torch.arange(n), torch.zeros(n, dtype=torch.long), g, a,
+                                                     torch.ones(n, dtype=torch.bool), gamma=1.0, step_weight=0.0)
+    assert float((step.abs() > 1e-9).double().mean()) <= frac + 1e-12
