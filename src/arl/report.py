@@ -425,17 +425,17 @@ def validation_table(runs: Iterable[Run], tag: str = "val/success_rate") -> str:
     steps = sorted({step for r in runs for step, _ in r.scalars[tag]})
     if not 2 <= len(steps) <= MAX_VALIDATION_COLUMNS:
         return ""
-    at = {r.label: dict(r.scalars[tag]) for r in runs}
+    at = {r.name: dict(r.scalars[tag]) for r in runs}  # by folder: unique, where labels might repeat
     head = ["run", *[f"it {s}" for s in steps]]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(steps)]
     for r in runs:
-        lines.append("| " + " | ".join([f"`{r.label}`", *[_fmt(at[r.label].get(s)) for s in steps]]) + " |")
+        lines.append("| " + " | ".join([f"`{r.label}`", *[_fmt(at[r.name].get(s)) for s in steps]]) + " |")
     groups = settings(runs)
     if any(len(m) > 1 for m in groups.values()):
         for name, members in groups.items():
             cells = []
             for s in steps:
-                values = [at[r.label][s] for r in members if s in at[r.label]]
+                values = [at[r.name][s] for r in members if s in at[r.name]]
                 cells.append(_fmt(statistics.fmean(values)) if values else "-")
             lines.append("| " + " | ".join([f"mean of `{name}` ({len(members)} seed{'s' if len(members) != 1 else ''})", *cells]) + " |")
     return "\n".join(lines)

@@ -94,6 +94,12 @@ def _dense_pair_index(first_index: Tensor, second: Tensor) -> tuple[Tensor, int]
     return _dense_index(first_index * n_b + b)
 
 
+def _anchor_clusters(group_index: Tensor, anchor_keys: Tensor) -> tuple[Tensor, int]:
+    """GiGPO's step groups: turns of one group (dense ``group_index``) with equal anchor keys, never
+    across groups. (N,), (N,) -> (cluster index (N,), number of clusters)."""
+    return _dense_pair_index(group_index, anchor_keys)
+
+
 def _segment_sum(values: Tensor, index: Tensor, num_segments: int) -> Tensor:
     """out[s] = sum of values[i] with index[i] == s. (N,) -> (num_segments,)."""
     return values.new_zeros(num_segments).index_add_(0, index, values)
@@ -325,7 +331,7 @@ def gigpo(
     returns = (
         _discounted_returns(turns.rewards, turns.episode_index, turns.num_episodes, turn_idx, gamma) + turns.penalty
     )
-    cluster_index, num_clusters = _dense_pair_index(group_index, anchor_keys)
+    cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
     count, mean = _group_mean(returns, cluster_index, num_clusters)
     step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
     if by_std:
@@ -346,7 +352,7 @@ def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
     if _check_1d(group_ids=group_ids, anchor_keys=anchor_keys) == 0:
         return 0.0
     group_index, _ = _dense_index(group_ids)
-    cluster_index, num_clusters = _dense_pair_index(group_index, anchor_keys)
+    cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
     size = torch.bincount(cluster_index, minlength=num_clusters)
     return float((size[cluster_index] > 1).to(torch.float64).mean())
 

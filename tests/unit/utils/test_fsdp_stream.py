@@ -48,7 +48,8 @@ def _gather_rank(rank: int, world: int, port: int) -> None:
     for bit, rows in enumerate(SHARD_ROWS):
         full = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3)
         dt = distribute_tensor(full, mesh, [Shard(0)])
-        if not (torch.equal(gather_full(dt), full) and torch.equal(gather_full(dt), dt.full_tensor())):
+        got = gather_full(dt)
+        if not (torch.equal(got, full) and torch.equal(got, dt.full_tensor())):
             failed |= 1 << bit
     dist.barrier()  # neither rank leaves while the other is in a collective
     # the answer is the exit code, and the process leaves without tearing gloo down: its
@@ -70,6 +71,7 @@ def test_gather_full_by_broadcasts_equals_full_tensor_for_every_shard_shape():
         mp.start_processes(_gather_rank, args=(2, 29400 + os.getpid() % 500), nprocs=2, join=True,
                            start_method="spawn")
     except mp.ProcessExitedException as e:
-        shapes = [rows for bit, rows in enumerate(SHARD_ROWS) if e.exit_code > 0 and e.exit_code >> bit & 1]
-        pytest.fail(f"rank {e.error_index} exited with {e.exit_code}: the gather differed for rows {shapes}"
-                    if e.exit_code > 0 else f"rank {e.error_index} died: {e}")
+        if e.exit_code <= 0:  # killed by a signal
+            pytest.fail(f"rank {e.error_index} died: {e}")
+        shapes = [rows for bit, rows in enumerate(SHARD_ROWS) if e.exit_code >> bit & 1]
+        pytest.fail(f"rank {e.error_index} exited with {e.exit_code}: the gather differed for rows {shapes}")
