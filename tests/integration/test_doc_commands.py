@@ -218,8 +218,7 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = cmd
     out = out.replace("logs/sampo_sokoban/runs/<time>", str(run)).replace("logs/<task>/runs/<time>", str(run))
     out = out.replace("logs/multiruns/<time>", str(multirun)).replace("logs/study/sokoban_matrix", str(multirun))
-    out = out.replace("logs/study/stage0", str(multirun)).replace("logs/study/stage1", str(multirun))
-    out = out.replace("logs/study/stage2", str(multirun)).replace("<folder>", str(multirun))
+    out = re.sub(r"logs/study/stage\w+", lambda _: str(multirun), out).replace("<folder>", str(multirun))
     out = out.replace("logs/alfworld/study/rl", str(multirun))
     if cmd.startswith("python scripts/carry.py"):  # the fixture's logs/ (a BC + RL run) as the study folder
         out = out.replace("logs/alfworld/study", str(fx.root / "logs")).replace("/mnt/keep/", str(fx.root / "keep") + "/")
@@ -228,7 +227,7 @@ def fill(cmd: str, fx: Fixture) -> str:
         out = out.replace("logs/compare/rl_s1", f"{run}/val_episodes/iter1.jsonl")
     # an archive (scripts/archive_runs.sh): written into the test tree; read, it is the fixture multirun
     archive = str(fx.root / "archive") if cmd.startswith("bash scripts/archive_runs.sh") else str(multirun)
-    out = re.sub(r"docs/results/(<name>|arena_stage\d)/runs", archive, out)
+    out = re.sub(r"docs/results/(<name>|arena_stage\w+)/runs", archive, out)
     out = out.replace("<bc run>", str(run)).replace("<run>", str(run))
     out = out.replace("<same overrides as the run>", "debug=smoke").replace("<same overrides>", "debug=smoke")
     out = out.replace("'<run>/", f"'{run}/")
