@@ -90,6 +90,27 @@ def test_one_iteration_equals_the_oracle(algo, mode, steps, extra):
     assert res["metrics"]["actor/grad_norm"] == pytest.approx(sum(norms) / len(norms), rel=1e-5)
 
 
+@pytest.mark.parametrize("norm", ["mean_norm", "mean_std_norm"])
+def test_step_part_std_equals_the_oracle(norm):
+    """``adv/step_std`` (DESIGN's "step-part std") is the std over the turns of w x A_S, with A_S
+    from the oracle's own GiGPO: its advantage at w minus its advantage at w = 0."""
+    import statistics
+
+    model, tok = _base_model()
+    episodes = oracle.make_episodes(len(tok), "turn")
+    oracle.store_old_log_probs(model, episodes)
+    cfg = _cfg("gigpo", "turn", 1, [f"algo.advantage.norm={norm}", "algo.advantage.step_weight=0.5"])
+    advantage = OmegaConf.to_container(cfg.algo, resolve=True)["advantage"]
+    res = sh.run_update(cfg, episodes)
+    full = oracle.turn_advantages(episodes, advantage)
+    episode_only = oracle.turn_advantages(episodes, {**advantage, "step_weight": 0.0})
+    want = statistics.stdev(full[k] - episode_only[k] for k in full)
+    assert want > 0.01  # the hand-made episodes share anchor states: the step part is not all zero
+    assert res["last_metrics"]["adv/step_std"] == pytest.approx(want, rel=1e-6)
+    grpo = sh.run_update(_cfg("grpo", "turn", 1), episodes)
+    assert "adv/step_std" not in grpo["last_metrics"]  # logged for the GiGPO estimator only
+
+
 def test_the_oracle_sees_clipping_act():
     """The stored old log-probs put ratios on both sides of every clip range, so a clip bound
     that is off changes the step: the oracle itself differs between clip settings."""

@@ -283,6 +283,55 @@ class _Turns:
         self.scores = _gather(self.returns, self.episode_index) + self.penalty
 
 
+def gigpo_parts(
+    step_rewards: Tensor,
+    episode_ids: Tensor,
+    turn_idx: Tensor,
+    group_ids: Tensor,
+    anchor_keys: Tensor,
+    valid: Tensor,
+    gamma: float = 0.95,
+    norm: str = "mean_norm",
+    invalid_penalty: float = -0.1,
+    eps: float = 1e-6,
+) -> tuple[Tensor, Tensor]:
+    """GiGPO's two parts, (A_E, A_S) in float64, as :func:`gigpo` defines them; ``gigpo`` returns
+    A_E + step_weight * A_S. The step part alone is what ``adv/step_std`` logs.
+
+    Shapes: all inputs (N,) in any order -> ((N,), (N,)).
+    """
+    n = _check_1d(
+        step_rewards=step_rewards,
+        episode_ids=episode_ids,
+        turn_idx=turn_idx,
+        group_ids=group_ids,
+        anchor_keys=anchor_keys,
+        valid=valid,
+    )
+    _check_norm(norm)
+    if n == 0:
+        empty = step_rewards.new_zeros(0, dtype=torch.float64)
+        return empty, empty
+    by_std = norm == "mean_std_norm"
+    turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
+    group_index, num_groups = turns.group_index, turns.num_groups
+
+    # episode part: GRPO over the turn scores of the group (cross-step statistics)
+    episode_adv = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps)
+
+    # step part: discounted return (+ own penalty) relative to its anchor-state cluster
+    returns = (
+        _discounted_returns(turns.rewards, turns.episode_index, turns.num_episodes, turn_idx, gamma) + turns.penalty
+    )
+    cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
+    count, mean = _group_mean(returns, cluster_index, num_clusters)
+    step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
+    if by_std:
+        std = _group_std(returns, cluster_index, count, mean)
+        step_adv = step_adv / (_gather(std, cluster_index) + eps)  # a cluster of one: 0 / eps
+    return episode_adv, step_adv
+
+
 def gigpo(
     step_rewards: Tensor,
     episode_ids: Tensor,
@@ -307,37 +356,12 @@ def gigpo(
       one gets A_S = 0;
     - A = A_E + step_weight * A_S.
 
-    Shapes: all inputs (N,) in any order -> (N,).
+    The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> (N,).
     """
-    n = _check_1d(
-        step_rewards=step_rewards,
-        episode_ids=episode_ids,
-        turn_idx=turn_idx,
-        group_ids=group_ids,
-        anchor_keys=anchor_keys,
-        valid=valid,
-    )
-    _check_norm(norm)
-    if n == 0:
-        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards))
-    by_std = norm == "mean_std_norm"
-    turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
-    group_index, num_groups = turns.group_index, turns.num_groups
-
-    # episode part: GRPO over the turn scores of the group (cross-step statistics)
-    episode_adv = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps)
-
-    # step part: discounted return (+ own penalty) relative to its anchor-state cluster
-    returns = (
-        _discounted_returns(turns.rewards, turns.episode_index, turns.num_episodes, turn_idx, gamma) + turns.penalty
-    )
-    cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
-    count, mean = _group_mean(returns, cluster_index, num_clusters)
-    step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
-    if by_std:
-        std = _group_std(returns, cluster_index, count, mean)
-        step_adv = step_adv / (_gather(std, cluster_index) + eps)  # a cluster of one: 0 / eps
-
+    episode_adv, step_adv = gigpo_parts(
+        step_rewards, episode_ids, turn_idx, group_ids, anchor_keys, valid,
+        gamma=gamma, norm=norm, invalid_penalty=invalid_penalty, eps=eps,
+    )  # fmt: skip
     return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
 
 

@@ -287,6 +287,16 @@ class AgenticRLModule(LightningModule):
         metrics["train/updates_skipped"] = float(self.updates_skipped)
         spec.update({"train/optimizer_steps": "same", "train/updates_skipped": "same"})
 
+    def _gigpo_step_std(self, step_rewards: torch.Tensor, table: dict[str, torch.Tensor]) -> float:
+        """Std over the turns of GiGPO's step part as it enters the advantage (step_weight x A_S):
+        DESIGN.md's "step-part std"; 0 when no turn shares its anchor state in its group."""
+        kw = dict(self.advantage_kwargs)
+        step_weight = float(kw.pop("step_weight", 1.0))
+        _, step_adv = advantages.gigpo_parts(
+            step_rewards, table["episode_id"], table["turn"], table["group_id"], table["anchor_key"], table["valid"], **kw
+        )
+        return float((step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
+
     def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], spec: dict[str, Any]) -> dict[str, float]:
         """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
         (``data['advantages']``); metrics."""
@@ -319,6 +329,8 @@ class AgenticRLModule(LightningModule):
                 "adv/shared_anchor_frac": advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]),
             }
         )
+        if self.advantage_name == "gigpo":
+            metrics["adv/step_std"] = self._gigpo_step_std(step_rewards, table)
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})

@@ -112,6 +112,21 @@ def test_gigpo_hand_mean_std_norm() -> None:
     assert STD0 == pytest.approx(0.567450, abs=1e-6)
 
 
+def test_gigpo_parts_hand() -> None:
+    from arl.algos.advantages import gigpo_parts
+
+    # the parts of test_gigpo_hand_mean_norm, separately
+    episode, step = gigpo_parts(**CASE, gamma=0.5, norm="mean_norm")
+    close(episode, [0.62, 0.62, -0.38, -0.48, -0.38, 2.0])
+    close(step, [0.25, 0.5, -0.25, 0.0, -0.5, 0.0])
+    assert episode.dtype == step.dtype == torch.float64
+    adv = gigpo(**CASE, gamma=0.5, step_weight=0.3, norm="mean_std_norm")
+    episode, step = gigpo_parts(**CASE, gamma=0.5, norm="mean_std_norm")
+    close(adv, (episode + 0.3 * step).tolist())
+    empty = {k: v[:0] for k, v in CASE.items()}
+    assert [t.numel() for t in gigpo_parts(**empty)] == [0, 0]
+
+
 def test_gigpo_rejects_unknown_norm() -> None:
     with pytest.raises(ValueError, match="valid: mean_norm, mean_std_norm"):
         gigpo(**CASE, norm="std")
