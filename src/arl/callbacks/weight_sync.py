@@ -34,19 +34,39 @@ def sync_engine(engine, trainer, pl_module) -> None:
         engine.sync(policy)
 
 
-class WeightSync(Callback):
-    """Keeps the rollout engine's weights those of the trained policy (see the module docstring);
-    in ``setup`` it builds an engine that waits for the process group (``LazyEngine.start``):
-    every rank runs that hook at the same point, right after the group is up."""
+def _call(engine, method: str) -> None:
+    fn = getattr(engine, method, None)
+    if callable(fn):
+        fn()
+
+
+class EngineStart(Callback):
+    """Builds an engine that waits for the process group (``LazyEngine.start``) in ``setup``: every
+    rank runs that hook at the same point, right after the group is up and before any training.
+    A behaviour-cloning trainer uses it alone: a broken vLLM, or one that does not fit on the GPU,
+    then stops the run before the SFT, not after it; and the engine sleeps (frees its GPU memory,
+    with sleep mode) while the SFT trains, to be woken by the sync of the cloned weights."""
 
     def __init__(self, engine):
         self.engine = engine
-        self.seconds = 0.0
 
     def setup(self, trainer, pl_module, stage):
-        start = getattr(self.engine, "start", None)
-        if callable(start):
-            start(local_rank=trainer.local_rank)
+        _call(self.engine, "start")
+
+    def on_fit_start(self, trainer, pl_module):
+        _call(self.engine, "sleep")
+
+
+class WeightSync(EngineStart):
+    """Keeps the rollout engine's weights those of the trained policy (see the module docstring);
+    builds the engine in ``setup`` (:class:`EngineStart`)."""
+
+    def __init__(self, engine):
+        super().__init__(engine)
+        self.seconds = 0.0
+
+    def on_fit_start(self, trainer, pl_module):
+        """The engine stays awake until the first rollout is done."""
 
     def on_train_start(self, trainer, pl_module):
         sync_engine(self.engine, trainer, pl_module)
@@ -54,11 +74,14 @@ class WeightSync(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         """The rollout is done (the batch is here): let an engine with a sleep mode free its
         accelerator memory for the update; the sync after the update wakes it."""
-        sleep = getattr(self.engine, "sleep", None)
-        if callable(sleep):
-            sleep()
+        _call(self.engine, "sleep")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        """The update is done: free its gradients (the next step starts from none anyway; a vLLM
+        engine waking from sleep needs the memory), then load the new weights into the engine.
+        Runs after every other callback's batch-end hook."""
+        for optimizer in trainer.optimizers:
+            optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         sync_engine(self.engine, trainer, pl_module)
         self.seconds = time.perf_counter() - t0

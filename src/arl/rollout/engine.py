@@ -83,19 +83,19 @@ class LazyEngine:
     where ranks differ (e.g. the first ``generate`` of a rank that had no episode).
 
     Args:
-        factory: ``factory(local_rank)`` builds the engine; ``local_rank`` is the device index of
-            this process on its node (None: the engine decides).
+        factory: ``factory()`` builds the engine (on the device
+            :func:`arl.utils.placement.resolve_placement` gives this process).
     """
 
-    def __init__(self, factory: Callable[[int | None], Any]):
+    def __init__(self, factory: Callable[[], Any]):
         self._factory = factory
         self.engine: Any = None
         self.model = None  # holds no trainer module (the HF engine's ``model`` would)
 
-    def start(self, local_rank: int | None = None) -> Any:
+    def start(self) -> Any:
         """Build the engine now (no-op when built); returns it."""
         if self.engine is None:
-            self.engine = self._factory(local_rank)
+            self.engine = self._factory()
         return self.engine
 
     def generate(self, prompts, params, seeds=None):  # noqa: D102 - see RolloutEngine

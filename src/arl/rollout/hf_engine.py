@@ -20,7 +20,9 @@ from arl.rollout.engine import Generation, SamplingParams
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device | None:
-    """``rollout.device`` as a device: ``auto`` is this process's GPU when there is one, else None.
+    """``rollout.device`` as a device: ``auto`` is this process's GPU when there is one (the one
+    :func:`arl.utils.placement.resolve_placement` gives it: torchrun, srun or Lightning's spawner),
+    else None.
 
     None (or ``auto`` without a GPU) generates wherever the model is.
     """
@@ -29,9 +31,9 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
     if str(device) == "auto":
         if not torch.cuda.is_available():
             return None
-        import os
+        from arl.utils.placement import resolve_placement
 
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device(resolve_placement().device)
     return torch.device(device)
 
 

@@ -14,7 +14,6 @@ from arl.rollout.vllm_engine import (
     hf_weight_name,
     iter_hf_weights,
     llm_kwargs,
-    merged_adapters,
     model_folder,
     sampling_kwargs,
 )
@@ -83,11 +82,28 @@ def test_iter_hf_weights_gathers_and_renames():
     state = {
         "_orig_mod.model.norm.weight": b,
         "_fsdp_wrapped_module.model.embed_tokens.weight": _Sharded(a),
-        "base_model.model.model.layers.0.q_proj.lora_A.default.weight": torch.ones(1),
     }
     out = dict(iter_hf_weights(state))
     assert set(out) == {"model.norm.weight", "model.embed_tokens.weight"}
     assert out["model.embed_tokens.weight"] is not None and torch.equal(out["model.embed_tokens.weight"], a)
+
+
+def test_iter_hf_weights_merges_lora_layers_and_refuses_factors_it_cannot_merge():
+    """W + scaling * B @ A under the base name, by hand; a factor with no scaling is an error, not
+    a silently unadapted engine (what LoRA under a sharded trainer used to load)."""
+    w, a, b = torch.eye(2), torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0], [4.0]])
+    state = {
+        "base_model.model.model.layers.0.q_proj.base_layer.weight": _Sharded(w),
+        "base_model.model.model.layers.0.q_proj.lora_A.default.weight": _Sharded(a),
+        "base_model.model.model.layers.0.q_proj.lora_B.default.weight": b,
+        "base_model.model.model.norm.weight": torch.ones(2),
+    }
+    out = dict(iter_hf_weights(state, {"base_model.model.model.layers.0.q_proj": 0.5}))
+    # B @ A = [[3, 6], [4, 8]]; x 0.5 = [[1.5, 3], [2, 4]]; + I
+    assert torch.equal(out["model.layers.0.q_proj.weight"], torch.tensor([[2.5, 3.0], [2.0, 5.0]]))
+    assert set(out) == {"model.layers.0.q_proj.weight", "model.norm.weight"}
+    with pytest.raises(ValueError, match="LoRA factor"):
+        dict(iter_hf_weights(state))
 
 
 def test_sampling_kwargs_greedy_and_sampling():
@@ -144,46 +160,53 @@ def test_llm_kwargs_on_a_cpu_are_exact_eager_and_sized_from_the_batch():
 
 
 def test_model_folder_reuses_or_saves(tiny, tiny_path, tmp_path):
+    import copy
+    import shutil
+
+    from safetensors import safe_open
+
     model, tok = tiny
     folder, tok_folder, fresh = model_folder(model, tok)
     assert folder == tiny_path and tok_folder is None and not fresh
 
-    class Unsaved(torch.nn.Module):
-        """A model with no folder behind it: saved on demand."""
-
-        name_or_path = ""
-
-        def save_pretrained(self, out):
-            model.save_pretrained(out)
-
-    folder, tok_folder, fresh = model_folder(Unsaved(), tok)
+    unsaved = copy.deepcopy(model)
+    unsaved.name_or_path = ""  # a model with no folder behind it: saved on demand, in the engine's dtype
+    folder, tok_folder, fresh = model_folder(unsaved, tok, dtype="bfloat16")
     try:
         assert fresh and tok_folder is None
         assert (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists()
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            name = next(iter(f.keys()))
+            assert f.get_tensor(name).dtype == torch.bfloat16
     finally:
-        import shutil
-
         shutil.rmtree(folder)
 
 
-def test_merged_adapters_merges_only_peft_models():
-    calls = []
+def test_model_folder_uses_the_hub_cache_for_a_hub_id(tiny, tiny_path, tmp_path, monkeypatch):
+    """A policy loaded by hub id: the engine reads the HF cache's snapshot (where the trainer
+    loaded it from) instead of every rank writing a full copy of the model to /tmp."""
+    import shutil
 
-    class PeftLike:
-        def __init__(self):
-            self.peft_config = {"default": object()}
+    from arl.rollout.vllm_engine import hub_snapshot
 
-        def merge_adapter(self):
-            calls.append("merge")
+    model, tok = tiny
+    snap = tmp_path / "hub" / "models--org--tiny" / "snapshots" / "abc123"
+    shutil.copytree(tiny_path, snap)
+    (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("abc123")
+    assert hub_snapshot("org/tiny", cache_dir=tmp_path / "hub") == snap
+    assert hub_snapshot("org/missing", cache_dir=tmp_path / "hub") is None
+    assert hub_snapshot(str(tiny_path)) is None  # a folder is not a hub id
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants as hc
 
-        def unmerge_adapter(self):
-            calls.append("unmerge")
-
-    with merged_adapters(PeftLike()):
-        calls.append("read")
-    assert calls == ["merge", "read", "unmerge"]
-    with merged_adapters(torch.nn.Linear(2, 2)):
-        pass  # plain module: nothing to merge
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    model.name_or_path, before = "org/tiny", model.name_or_path
+    try:
+        folder, tok_folder, fresh = model_folder(model, tok)
+    finally:
+        model.name_or_path = before
+    assert folder == snap and not fresh and tok_folder is None
 
 
 def test_module_imports_without_vllm():

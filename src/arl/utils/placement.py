@@ -1,0 +1,219 @@
+"""Where this process runs: its global rank, local rank, world size and device, from the launcher.
+
+One function, :func:`resolve_placement`, decides it for everything that places work on a device:
+the vLLM engine (whose ``external_launcher`` executor reads ``RANK`` and ``LOCAL_RANK``), the
+transformers engine's ``rollout.device: auto``, the behaviour-cloning stage, which may build the
+engine before any Trainer exists, and ``src/plan.py``, which prints it.
+
+The launchers, in the order they are recognised (Lightning's own order for the same variables):
+
+* **torchrun** (``torch.distributed.run``) sets ``LOCAL_RANK``, ``RANK`` and ``WORLD_SIZE``;
+  **Lightning's spawner** (``python train.py`` with ``devices > 1``: the children, and rank 0 once
+  it has launched them) sets ``LOCAL_RANK``, ``WORLD_SIZE`` and ``NODE_RANK`` but no ``RANK``
+  (on node 0 the global rank is then the local one). ``LOCAL_RANK`` is this process's own,
+  whoever set it, so it wins over SLURM's variables (torchrun started by srun, one task a node).
+* **srun** sets ``SLURM_PROCID``, ``SLURM_LOCALID`` and ``SLURM_NTASKS`` but not ``LOCAL_RANK``;
+  Lightning's ``SLURMEnvironment`` reads them without exporting anything. A job named ``bash`` or
+  ``interactive`` is not an srun launch (Lightning's rule: ``salloc`` shells).
+* Neither: one process, rank 0 of 1.
+
+The device of a GPU process is ``cuda:<local rank>``, unless the launcher bound one GPU to each
+task (``srun --gpus-per-task=1``: ``CUDA_VISIBLE_DEVICES`` holds one device, which is then
+``cuda:0`` in every task). A local rank with no such device is an error, not a guess.
+
+:func:`export_placement` writes the result back as ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` so that
+code that reads only those (vLLM) sees the same numbers; ``LOCAL_RANK`` is the *device index*,
+which is what vLLM uses it for. :func:`ensure_process_group` starts the default process group
+from the placement when work must run before Lightning would start it (Lightning reuses a group
+it finds).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+LAUNCHERS = ("torchrun", "lightning", "srun", "single")
+
+
+class PlacementError(RuntimeError):
+    """The environment does not say where this process belongs (and guessing could put several
+    ranks on one device)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one process runs.
+
+    Attributes:
+        launcher: one of :data:`LAUNCHERS`.
+        global_rank: this process's rank among all (0 .. world_size - 1).
+        local_rank: its rank among the processes of its node.
+        world_size: the number of processes.
+        device: ``cuda:<i>`` or ``cpu``.
+    """
+
+    launcher: str
+    global_rank: int
+    local_rank: int
+    world_size: int
+    device: str
+
+    @property
+    def device_index(self) -> int | None:
+        """The CUDA device index, or None on a CPU."""
+        return int(self.device.split(":", 1)[1]) if self.device.startswith("cuda:") else None
+
+    def describe(self) -> str:
+        return (f"rank {self.global_rank} of {self.world_size} (local rank {self.local_rank}, {self.launcher}) "
+                f"on {self.device}")
+
+
+def _int(env: Mapping[str, str], key: str) -> int:
+    try:
+        return int(env[key])
+    except ValueError:
+        raise PlacementError(f"{key}={env[key]!r} is not an integer") from None
+
+
+def _srun_used(env: Mapping[str, str]) -> bool:
+    return "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")
+
+
+def _ranks(env: Mapping[str, str]) -> tuple[str, int, int, int]:
+    """(launcher, global rank, local rank, world size) from the launcher's variables."""
+    if "LOCAL_RANK" in env:
+        local = _int(env, "LOCAL_RANK")
+        world = _int(env, "WORLD_SIZE") if "WORLD_SIZE" in env else 1
+        if "RANK" in env:
+            rank = _int(env, "RANK")
+        elif world == 1 or int(env.get("NODE_RANK", env.get("GROUP_RANK", "0")) or 0) == 0:
+            rank = local  # Lightning's spawner sets no RANK: on the first node the global rank is the local one
+        else:
+            raise PlacementError(
+                f"LOCAL_RANK={local}, WORLD_SIZE={world} and NODE_RANK={env.get('NODE_RANK')} are set but RANK is not: "
+                "this process's global rank cannot be known"
+            )
+        launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env or "GROUP_RANK" in env else "lightning"
+        return launcher, rank, local, world
+    if _srun_used(env):
+        world = _int(env, "SLURM_NTASKS")
+        missing = [k for k in ("SLURM_PROCID", "SLURM_LOCALID") if k not in env]
+        if missing:
+            if world > 1:
+                raise PlacementError(f"srun with SLURM_NTASKS={world} but {', '.join(missing)} unset")
+            return "srun", 0, 0, 1
+        return "srun", _int(env, "SLURM_PROCID"), _int(env, "SLURM_LOCALID"), world
+    world = _int(env, "WORLD_SIZE") if "WORLD_SIZE" in env else 1
+    if world > 1:
+        raise PlacementError(
+            f"WORLD_SIZE={world} but neither LOCAL_RANK (torchrun, Lightning) nor SLURM_LOCALID (srun) is set: "
+            "which device this process owns cannot be known; launch with torchrun or srun"
+        )
+    return "single", 0, 0, 1
+
+
+def _visible_gpus(env: Mapping[str, str], cuda_count: int | None) -> int:
+    if cuda_count is not None:
+        return int(cuda_count)
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | None = None,
+                      group: tuple[int, int] | None = None) -> Placement:
+    """This process's :class:`Placement`.
+
+    Args:
+        env: the environment (default ``os.environ``).
+        cuda_count: the number of visible CUDA devices (default: torch's count; 0 without CUDA).
+        group: ``(rank, world size)`` of an existing default process group (default: read it when
+            one exists). It must agree with the launcher's variables; a group of several ranks
+            with no variable that gives the local rank is an error.
+
+    Raises:
+        PlacementError: the variables contradict each other, or several processes run and this
+            one's local rank (so its device) cannot be known.
+    """
+    env = os.environ if env is None else env
+    launcher, rank, local, world = _ranks(env)
+    if group is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            group = (dist.get_rank(), dist.get_world_size())
+    if group is not None and group[1] > 1:
+        if launcher == "single":
+            raise PlacementError(
+                f"a process group of {group[1]} ranks exists but no launcher variable (LOCAL_RANK, SLURM_LOCALID) "
+                "says which device this process owns"
+            )
+        if group != (rank, world):
+            raise PlacementError(
+                f"the process group says rank {group[0]} of {group[1]}, the launcher ({launcher}) rank {rank} of {world}"
+            )
+    if not 0 <= rank < world or local < 0:
+        raise PlacementError(f"rank {rank} (local {local}) does not fit a world of {world}")
+    gpus = _visible_gpus(env, cuda_count)
+    if gpus == 0:
+        device = "cpu"
+    elif local < gpus:
+        device = f"cuda:{local}"
+    elif gpus == 1:  # one GPU bound to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)
+        device = "cuda:0"
+    else:
+        raise PlacementError(
+            f"local rank {local} but only {gpus} GPUs are visible (CUDA_VISIBLE_DEVICES="
+            f"{env.get('CUDA_VISIBLE_DEVICES', 'unset')}): more tasks on this node than GPUs"
+        )
+    return Placement(launcher, rank, local, world, device)
+
+
+def export_placement(placement: Placement) -> None:
+    """Write ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` of ``placement`` into ``os.environ``.
+
+    ``LOCAL_RANK`` becomes the device index (the local rank on a CPU): vLLM's external launcher
+    puts its worker on ``cuda:$LOCAL_RANK``. Lightning keeps reading SLURM's own variables under
+    srun, so exporting changes nothing for it.
+    """
+    index = placement.device_index
+    os.environ["RANK"] = str(placement.global_rank)
+    os.environ["LOCAL_RANK"] = str(placement.local_rank if index is None else index)
+    os.environ["WORLD_SIZE"] = str(placement.world_size)
+
+
+def ensure_process_group(placement: Placement) -> bool:
+    """Start the default process group of a multi-process launch if none exists yet; returns
+    whether it started one.
+
+    For work that must run before the first Trainer (the vLLM engine of behaviour cloning's
+    untrained validation): vLLM, finding no group, would make a one-rank group of its own, and
+    Lightning's launch would then fail. The backend is the one Lightning picks (NCCL with a GPU,
+    gloo without); the address comes from ``MASTER_ADDR``/``MASTER_PORT``, or, under srun, from
+    Lightning's ``SLURMEnvironment`` (the same values its launch would use). Lightning finds the
+    group initialised and keeps it.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if placement.world_size == 1 or (dist.is_available() and dist.is_initialized()):
+        return False
+    if placement.launcher == "srun":
+        from lightning.fabric.plugins.environments import SLURMEnvironment
+
+        slurm = SLURMEnvironment()
+        os.environ.setdefault("MASTER_ADDR", slurm.main_address)
+        os.environ.setdefault("MASTER_PORT", str(slurm.main_port))
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise PlacementError(f"{placement.world_size} processes but {', '.join(missing)} unset: cannot start the process group")
+    backend = "nccl" if placement.device_index is not None else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(placement.device_index)
+    dist.init_process_group(backend, rank=placement.global_rank, world_size=placement.world_size)
+    return True
+
+
+__all__ = ["LAUNCHERS", "Placement", "PlacementError", "ensure_process_group", "export_placement", "resolve_placement"]
