@@ -19,7 +19,7 @@ out of the plots, whose x axis is the RL iteration.
 Runs that differ only in ``seed`` are also summarised together (mean and 95 % confidence interval
 over seeds, t distribution; bands of the same in the curves). The plots are the curves the paper shows, one line per run: validation success, KL,
 gradient norm, the four clip fractions (``is/tokens_{above,below}_{pos,neg}``), the valid-format
-ratio and the masked sequences.
+ratio, the masked sequences and the advantage's spread (``adv/std``; ``adv/step_std`` for GiGPO).
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; severa
         ["is/tokens_above_pos", "is/tokens_below_pos", "is/tokens_above_neg", "is/tokens_below_neg"],
     ),
     "valid_format": ("valid-action ratio (sampled)", ["rollout/valid_action_ratio"]),
+    # the whole advantage's spread beside GiGPO's step part (w x A_S); the second panel only for GiGPO runs
+    "advantage": ("advantage spread over the turns", ["adv/std", "adv/step_std"]),
     "masked_seqs": ("masked sequences", ["actor/masked_seqs"]),
 }
 

@@ -130,6 +130,19 @@ def test_write_report_makes_markdown_and_plots(multirun, tmp_path):
     assert not (out / "masked_seqs.png").exists()  # no run logged it
 
 
+def test_the_advantage_plot_has_the_step_part_panel_only_where_gigpo_ran(multirun, tmp_path):
+    from PIL import Image
+
+    _write_run(multirun / "experiment=grpo_sokoban,seed=1", {"adv/std": [(1, 1.2), (2, 1.1)]})
+    write_report(multirun, tmp_path / "grpo")
+    one_panel = Image.open(tmp_path / "grpo" / "advantage.png").size
+    _write_run(multirun / "experiment=grpo_sokoban,seed=1", {"adv/step_std": [(1, 0.8), (2, 0.7)]})
+    text = write_report(multirun, tmp_path / "gigpo").read_text()
+    assert "![advantage](advantage.png)" in text
+    two_panels = Image.open(tmp_path / "gigpo" / "advantage.png").size
+    assert two_panels[0] > 1.5 * one_panel[0]  # adv/std and adv/step_std side by side
+
+
 def test_the_report_says_the_validation_size_and_the_best_checkpoint_and_skips_off_features(multirun, tmp_path):
     for run, episodes in (("experiment=grpo_sokoban,seed=1", 128), ("experiment=grpo_sokoban,seed=2", 128)):
         (multirun / run / ".hydra").mkdir()
