@@ -76,6 +76,9 @@ study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 s
 arena: install ## the arena study (scripts/arena_study.sh): stage 0 calibration, stage 1 collapse and rescue, stage 2 credit assignment on a longer Sokoban, stage 2b the stage-aware filter; resumable (days)
 	bash scripts/arena_study.sh
 
+gpu-kit: install ## the wheels a lent GPU machine (CPython 3.12, no registry) lacks, into gpu_kit/: carry it, then bash bench/gpu_check.sh there
+	$(PY) scripts/gpu_kit.py --out gpu_kit
+
 bench: install ## print the benchmark tables
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
@@ -85,4 +88,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study gpu-kit bench tb clean-logs
