@@ -196,16 +196,20 @@ def reuse_rollout_log_probs(c: dict[str, Any]) -> bool:
 
     ``auto`` reuses them where they are what a trainer pass would compute: the transformers
     engine (it generates with the policy module itself, or a copy synced after every update)
-    in fp32 with fp32 training, and no rollout correction (which measures exactly that gap).
+    in fp32 with fp32 training (neither ``trainer.precision`` nor FSDP2's
+    ``trainer.sharding.mixed_precision`` computing in half precision), and no rollout
+    correction (which measures exactly that gap).
     """
     mode = str(c["rl"].get("old_log_probs", "auto"))
     if mode != "auto":
         return mode == "rollout"
     precision = str(c["trainer"].get("precision", "32-true"))
+    sharded_half = is_sharded(c["trainer"]) and bool((c["trainer"].get("sharding") or {}).get("mixed_precision"))
     return (
         c["rollout"]["engine"] == "hf"
         and str(c["model"].get("dtype", "float32")) in ("float32", "fp32")
         and precision in ("32", "32-true")
+        and not sharded_half
         and not c["algo"]["rollout_correction"]["enabled"]
     )
 

@@ -458,6 +458,8 @@ def test_the_horizon_is_the_generation_budget():
     (["rl.old_log_probs=recompute"], False),
     (["algo.rollout_correction.enabled=true"], False),           # the correction measures that very gap
     (["trainer=gpu"], False),                                    # bf16 autocast in the trainer
+    (["trainer=fsdp2"], False),                                  # FSDP2's bf16 parameters (sharding.mixed_precision)
+    (["trainer=fsdp2_cpu"], True),                               # the same lane in fp32
     (["experiment=sampo_sokoban"], False),                       # vLLM in bf16
     (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
 ])
