@@ -1,7 +1,8 @@
 """Train an LLM agent: ``python src/train.py experiment=sampo_sokoban debug=cpu_small`` (= ``make train``).
 
 Composes the Hydra config, validates it and checks that this machine has what it needs (a GPU,
-vLLM, the model folder) before anything heavy is built, and hands it to ``arl.pipeline.train``.
+vLLM, the model folder) and, for a run on a GPU, that the memory plan fits (``src/plan.py``,
+``plan.check``) before anything heavy is built, and hands it to ``arl.pipeline.train``.
 Returns the optimised metric for Hydra sweepers. ``dry_run=true`` stops after those checks
 (and after resolving ``ckpt_path``), printing what the run would be: every job of a multirun
 is checked in seconds.
@@ -29,6 +30,7 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
     from arl.config import check_machine, validate_config
+    from arl.plan import startup_check
     from arl.utils.config import ConfigError
     from arl.utils.threads import configure_threads
 
@@ -36,8 +38,9 @@ def main(cfg: DictConfig) -> float | None:
         validate_config(cfg)
         configure_threads(cfg.get("threads", "auto"))  # before any torch work
         check_machine(cfg)
+        plan_verdict = startup_check(cfg)  # the memory plan (src/plan.py): a GPU run that does not fit stops here
         if cfg.get("dry_run"):
-            return dry_run(cfg)
+            return dry_run(cfg, plan_verdict)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -50,8 +53,9 @@ def main(cfg: DictConfig) -> float | None:
         sys.exit(2)
 
 
-def dry_run(cfg: DictConfig) -> None:
-    """Print what the run would be; nothing is built (the config is valid for this machine)."""
+def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
+    """Print what the run would be and the memory plan's verdict; nothing is built (the config is
+    valid for this machine)."""
     from omegaconf import OmegaConf
 
     from arl.resume import finished_results, resolve_ckpt_path
@@ -71,6 +75,8 @@ def dry_run(cfg: DictConfig) -> None:
         + (f" resume={ckpt}" if ckpt is not None else "")
         + " -- config valid for this machine; nothing was run"
     )
+    if plan_verdict:
+        print(plan_verdict)
     _remove_empty_run_folder(Path(c["paths"]["output_dir"]))
 
 

@@ -127,6 +127,7 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
             "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
         )
     _validate_scale(c)
+    _validate_plan(c)
     if rl["grad_clip"] <= 0:
         raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
     if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
@@ -166,6 +167,17 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
                 expert_path(c["env"]["name"])
             except KeyError as err:
                 raise ConfigError(f"bc.dagger: {err.args[0]}") from None
+
+
+def _validate_plan(c: dict[str, Any]) -> None:
+    """``plan.gpu_memory_gb`` (null or > 0, GiB) and ``plan.check`` (a boolean): the memory plan's
+    settings (``src/plan.py``, :func:`arl.plan.startup_check`)."""
+    plan = c.get("plan") or {}
+    gb = plan.get("gpu_memory_gb")
+    if gb is not None and (isinstance(gb, bool) or not isinstance(gb, (int, float)) or gb <= 0):
+        raise ConfigError(f"plan.gpu_memory_gb={gb!r} must be a number > 0 (GiB per GPU) or null (the visible GPU's memory)")
+    if not isinstance(plan.get("check", True), bool):
+        raise ConfigError(f"plan.check={plan['check']!r} must be true or false")
 
 
 def _validate_scale(c: dict[str, Any]) -> None:

