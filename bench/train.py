@@ -153,7 +153,8 @@ def rollout_episodes(model, tokenizer, groups: int, group_size: int, max_new_tok
 def run_trainer(policy, tokenizer, episodes, algo: dict, args, device: torch.device) -> dict:
     import lightning as L
 
-    from arl.datamodules.rollout_datamodule import RolloutBatch
+    from arl.agent.samples import collate_episodes
+    from arl.datamodules.batches import RolloutBatch
     from arl.modules.rl_module import AgenticRLModule
 
     reference = None
@@ -173,7 +174,8 @@ def run_trainer(policy, tokenizer, episodes, algo: dict, args, device: torch.dev
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             per_iter.append(dict(pl_module.last_metrics))
 
-    batches = [RolloutBatch(episodes=episodes, iteration=i) for i in range(args.iters + 1)]
+    tokens, turns = collate_episodes(episodes, "turn", tokenizer.pad_token_id)
+    batches = [RolloutBatch(tokens, turns, iteration=i) for i in range(args.iters + 1)]
     loader = torch.utils.data.DataLoader(batches, batch_size=None, collate_fn=lambda b: b)
     trainer = L.Trainer(
         accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, max_epochs=1, logger=False,
