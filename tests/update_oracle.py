@@ -1,4 +1,4 @@
-"""An independent oracle of one RL iteration's update (DESIGN sections 4-5), in plain PyTorch.
+"""An independent oracle of one RL iteration's update (docs/design.md sections 2, 5 and 6), in plain PyTorch.
 
 Nothing here imports ``arl.algos``, the module or the sample collation: the oracle reads the
 episodes turn by turn, computes every formula with explicit loops (advantages per turn, ratios
@@ -109,7 +109,7 @@ def token_log_probs(model, prompt, response) -> torch.Tensor:
 # ------------------------------------------------------------------------------------- advantages
 def _mean_std(values: list[float]) -> tuple[float, float]:
     if len(values) <= 1:
-        return 0.0, 1.0  # DESIGN: a group of one has mean 0, std 1
+        return 0.0, 1.0  # docs/design.md section 6: a group of one has mean 0, std 1
     mean = sum(values) / len(values)
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)  # unbiased
     return mean, math.sqrt(var)
@@ -129,7 +129,7 @@ def kl_rewards(reference, episodes: list[Episode], coef: float) -> dict[tuple[in
 
 
 def turn_advantages(episodes: list[Episode], advantage: dict, rewards: dict | None = None) -> dict[tuple[int, int], float]:
-    """Advantage of every turn, keyed by (episode id, turn index), from DESIGN section 4; the turn
+    """Advantage of every turn, keyed by (episode id, turn index), from docs/design.md section 6; the turn
     rewards are the episodes' own unless ``rewards`` gives others (the KL-shaped ones)."""
     penalty = float(advantage["invalid_penalty"])
     name = advantage["name"]

@@ -1,4 +1,4 @@
-"""Builders: the parts of a run made from the composed config (DESIGN section 2).
+"""Builders: the parts of a run made from the composed config (docs/design.md section 3).
 
 Engine, agent loop, sampling parameters, loggers, strategy and Trainer, the RL module and its
 rollout DataModule. Training (:mod:`arl.pipeline`, :mod:`arl.bc_stage`) and evaluation

@@ -1,4 +1,4 @@
-"""Start-up validation of the composed config (DESIGN section 8), above every room.
+"""Start-up validation of the composed config (docs/design.md section 9), above every room.
 
 Everything here runs before any model or environment is built, so a typo stops the run in
 seconds with a message that names the key and the valid choices (:func:`validate_config`), and a

@@ -1,5 +1,5 @@
 """One optimiser step does not depend on how the mini-batch is split: micro-batches (token budget),
-DDP ranks, FSDP2 shards (DESIGN sections 4-5). And a non-finite loss is skipped, never applied."""
+DDP ranks, FSDP2 shards (docs/design.md sections 5 and 6). And a non-finite loss is skipped, never applied."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def test_one_iteration_equals_the_oracle(algo, mode, steps, extra):
 
 @pytest.mark.parametrize("norm", ["mean_norm", "mean_std_norm"])
 def test_step_part_std_equals_the_oracle(norm):
-    """``adv/step_std`` (DESIGN's "step-part std") is the std over the turns of w x A_S, with A_S
+    """``adv/step_std`` (docs/design.md section 8's "step-part std") is the std over the turns of w x A_S, with A_S
     from the oracle's own GiGPO: its advantage at w minus its advantage at w = 0."""
     import statistics
 

@@ -22,7 +22,7 @@ SEARCHES = sorted(p.stem for p in (CONFIG_DIR / "hparams_search").glob("*.yaml")
 
 def test_experiments_are_decisions_not_the_method_x_env_product():
     """One paper setup per env (the method comes from algo=), the paper's recipe under its own name
-    (sampo_<env>, the design card's command), and the BC stage alone per env."""
+    (sampo_<env>, the recipe's own command), and the BC stage alone per env."""
     expected = set(ENVS) | {f"sampo_{e}" for e in ENVS} | {f"bc_{e}" for e in ENVS}
     assert set(EXPERIMENTS) == expected
 
@@ -61,7 +61,7 @@ def test_every_experiment_composes_and_validates(experiment):
     assert cfg.task_name == (experiment if experiment.startswith(("bc_", "sampo_")) else f"sampo_{env}")
     if not experiment.startswith("bc_"):
         assert cfg.algo.name == "sampo"
-    # the paper's GPU scale (DESIGN section 4)
+    # the paper's GPU scale (docs/design.md section 7)
     assert cfg.model.name == "hf" and cfg.model.path == "Qwen/Qwen3-4B"
     # fp32 master weights, bf16 compute and activation checkpointing by FSDP2, once
     assert cfg.model.dtype == "float32" and cfg.trainer.sharding.mixed_precision == "bf16"
@@ -402,7 +402,7 @@ def test_per_method_clips_of_the_official_scripts():
     # the per-env values come with the method on the env, also without the paper setup (algo/env/<algo>_<env>.yaml)
     assert compose(["algo=gspo", "env=alfworld"]).algo.loss.clip_ratio_low == 3e-4
     assert compose(["algo=gspo", "env=sokoban"]).algo.loss.clip_ratio_low == 3e-3
-    sampo = compose(["experiment=sampo_alfworld"]).algo.loss  # SAMPO keeps DESIGN's clip and the paper's token-mean
+    sampo = compose(["experiment=sampo_alfworld"]).algo.loss  # SAMPO keeps docs/design.md section 2's clip and the paper's token-mean
     assert (sampo.clip_ratio_low, sampo.clip_ratio_high, sampo.agg) == (3e-3, 4e-3, "token-mean")
 
 

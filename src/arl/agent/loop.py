@@ -6,14 +6,14 @@ At every turn it renders the prompt of each active episode, batches all of them 
 for invalid answers). What the trainer later sees is exactly what was sampled: the response ids
 and log-probs come from the engine, never from re-tokenised text.
 
-Two sample modes (DESIGN section 3):
+Two sample modes (docs/design.md section 7):
 
 - ``turn``: every turn's prompt is rendered afresh: the task, the last ``history_window`` turns as
   text, the current observation.
 - ``trajectory``: an episode is one growing token stream; turn ``k``'s prompt is the stream so far
   (every earlier prompt and sampled response, verbatim) plus the chat template's continuation with
   the new observation. Each turn's ``prompt_ids`` is then a prefix of the next one's, which is what
-  :func:`arl.agent.samples.trajectory_samples` relies on. The template is checked at start-up; one
+  :func:`arl.agent.samples.trajectory_token_sample` relies on. The template is checked at start-up; one
   that does not render conversations as growing prefixes falls back to ``turn`` with a warning.
   An episode whose stream would pass ``max_prompt_tokens`` ends there (``Episode.context_full``).
 """

@@ -1,4 +1,4 @@
-"""Episode records: what the agent loop hands to the trainer (DESIGN section 3).
+"""Episode records: what the agent loop hands to the trainer (docs/design.md section 4).
 
 Response token ids and their log-probs are stored exactly as the engine sampled them; text is
 kept only for logging and parsing, never re-tokenised for training.

@@ -1,4 +1,4 @@
-"""Episodes -> training samples -> padded tensors (DESIGN section 3).
+"""Episodes -> training samples -> padded tensors (docs/design.md section 4).
 
 Two tables come out of a batch of episodes:
 
@@ -156,7 +156,7 @@ def collate_tokens(samples: Sequence[TokenSample], pad_id: int) -> dict[str, tor
 
 
 def collate_turns(turns: Sequence[TurnSample]) -> dict[str, torch.Tensor]:
-    """The turn table as tensors of shape (T,): ``group_id``, ``episode_id``, ``turn``,
+    """The turn table as tensors of shape (N,): ``group_id``, ``episode_id``, ``turn``,
     ``anchor_key`` (int64), ``valid`` (bool), ``reward``, ``episode_return`` (float)."""
     return {
         "group_id": torch.tensor([t.group_id for t in turns], dtype=torch.long),

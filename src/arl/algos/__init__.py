@@ -1,4 +1,4 @@
-"""Pure-torch RL algorithm components (DESIGN section 4): small registered functions.
+"""Pure-torch RL algorithm components (docs/design.md section 2): small registered functions.
 
 Submodules:
 

@@ -1,4 +1,4 @@
-"""Advantage estimators: one scalar per turn sample (DESIGN section 4, "Advantages").
+"""Advantage estimators: one scalar per turn sample (docs/design.md section 6).
 
 Inputs are 1-D tensors over N turn samples, in any order:
 

@@ -1,4 +1,4 @@
-"""Aggregation of a per-token loss matrix into a scalar (DESIGN section 4, "Aggregation").
+"""Aggregation of a per-token loss matrix into a scalar (docs/design.md section 6).
 
 Notation: ``L`` is the (B, T) loss matrix, ``m`` the (B, T) 0/1 mask, ``|y_i| = sum_t m_it``.
 

@@ -1,4 +1,4 @@
-"""Importance-ratio and KL-attribution statistics, the paper's diagnosis (DESIGN section 6, ``is/``).
+"""Importance-ratio and KL-attribution statistics, the paper's diagnosis (docs/design.md section 8, ``is/``).
 
 All functions are read-only (no gradient) and return detached scalar tensors; the trainer adds
 the ``is/`` prefix. Values are computed on the tensors given (one micro-batch on one rank).

@@ -1,4 +1,4 @@
-"""Group filters applied after advantages are known, before the update (DESIGN section 4).
+"""Group filters: which groups of a rollout round reach the update (docs/design.md sections 2 and 7).
 
 Inputs are per episode: ``returns`` (E,) raw episode returns (undiscounted sum of environment
 rewards, no format penalty) and ``group_ids`` (E,). A filter keeps or drops whole groups::
@@ -11,17 +11,18 @@ exact equality). A group of one episode is constant.
 - ``none``: keep every group.
 - ``dapo`` (DAPO dynamic sampling, Yu et al., ByteDance 2025): drop the constant groups; their
   GRPO advantage is zero, so they only dilute the batch.
-- ``stage_aware``: like ``dapo``, except that while the batch's valid-format ratio
+- ``stage_aware``: like ``dapo``, except that while the round's valid-format ratio
   ``valid_ratio`` is below ``valid_ratio_threshold`` (default 0.9) it also keeps *all-failure*
   groups, defined as constant groups whose common return is <= 0 (no episode earned a positive
   return). Their turns still differ by the format penalty, which is the signal early training
   needs. With ``valid_ratio=None`` it behaves exactly like ``dapo``.
 
-Re-rollout top-up is the trainer's job (the official agent trainers' ``filter_groups``): it calls
-the filter on each round's episodes and fills the batch with kept groups, for at most
+Re-rollout top-up is the rollout DataModule's job (as the official agent trainers'
+``filter_groups``): it calls the filter on each round's episodes, before any advantage is computed
+(the returns are raw, so no filter needs one), and fills the batch with kept groups for at most
 ``max_rollout_rounds`` rounds; the last round fills what is still missing with its other groups
 (``fill_last_round``, as the official code), and the filter starts after ``cold_start``
-iterations (ALFWorld 15).
+iterations (ALFWorld and WebShop 15).
 """
 
 from __future__ import annotations

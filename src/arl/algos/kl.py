@@ -1,4 +1,4 @@
-"""Per-token KL estimators between the policy and the frozen reference (DESIGN section 4, "KL").
+"""Per-token KL estimators between the policy and the frozen reference (docs/design.md sections 2 and 6).
 
 The tokens are sampled from the policy pi; with x = log pi_ref - log pi (per token):
 

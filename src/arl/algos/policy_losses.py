@@ -1,4 +1,4 @@
-"""Per-token policy-gradient losses, sequence masking and truncated IS (DESIGN section 4).
+"""Per-token policy-gradient losses, sequence masking and truncated IS (docs/design.md section 2).
 
 Notation: r_t = exp(log pi_t - log pi_old,t) token ratio, m_t response mask, |y_i| = sum_t m_t,
 sg = stop-gradient, A advantages broadcast over a sample's tokens.

@@ -1,14 +1,14 @@
 """The data contracts between the data room and the LightningModules: tensors only.
 
 An RL iteration reaches :class:`~arl.modules.rl_module.AgenticRLModule` as a :class:`RolloutBatch`
-of two tensor tables (DESIGN section 3), built by the DataModule from the episodes it rolled out
+of two tensor tables (docs/design.md section 4), built by the DataModule from the episodes it rolled out
 (:func:`arl.agent.samples.collate_episodes`):
 
 - ``tokens``, the training rows, right-padded, shape (B, L): ``input_ids``, ``attention_mask``,
   ``position_ids`` (real tokens counted from 0), ``response_mask`` (1.0 on sampled tokens),
   ``rollout_log_probs`` (the engine's log-prob at each sampled token), ``turn_row`` (the turn-table
   row of each response token, -1 elsewhere); and (B,) ``group_id``, ``episode_id``;
-- ``turns``, the turn table, shape (T,): ``group_id``, ``episode_id``, ``turn``, ``anchor_key``
+- ``turns``, the turn table, shape (N,): ``group_id``, ``episode_id``, ``turn``, ``anchor_key``
   (int64), ``valid`` (bool), ``reward`` (the turn's environment reward), ``episode_return``.
 
 A validation batch (:class:`ValidationBatch`) holds per-episode results, shape (E,). The helpers
@@ -30,7 +30,7 @@ class RolloutBatch:
 
     Attributes:
         tokens: the (B, L) and (B,) training tensors (module docstring).
-        turns: the (T,) turn table.
+        turns: the (N,) turn table.
         iteration: the RL iteration it was rolled out in.
         seconds: wall time of the rollout.
         metrics: rollout and filter metrics of this rank.
@@ -70,13 +70,13 @@ class ValidationBatch:
 
 
 def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:
-    """Spread per-turn values (T,) onto their tokens: (B, L), 0 where ``turn_row`` is -1."""
+    """Spread per-turn values (N,) onto their tokens: (B, L), 0 where ``turn_row`` is -1."""
     out = values[turn_row.clamp_min(0)]
     return torch.where(turn_row >= 0, out, torch.zeros_like(out))
 
 
 def sum_tokens_per_turn(token_values: torch.Tensor, turn_row: torch.Tensor, n_turns: int) -> torch.Tensor:
-    """Sum (B, L) token values into their turns: (T,). Tokens with ``turn_row == -1`` are dropped."""
+    """Sum (B, L) token values into their turns: (N,). Tokens with ``turn_row == -1`` are dropped."""
     keep = turn_row >= 0
     out = token_values.new_zeros(n_turns)
     return out.index_add(0, turn_row[keep], token_values[keep])

@@ -2,8 +2,8 @@
 
 The train loader is an ``IterableDataset`` that yields one
 :class:`~arl.datamodules.batches.RolloutBatch` per RL iteration: ``groups_per_step`` tasks x
-``group_size`` episodes, passed through the dynamic-sampling filter with re-rollout top-up (DESIGN
-section 4, filters), then turned into training samples and collated into tensors
+``group_size`` episodes, passed through the dynamic-sampling filter with re-rollout top-up
+(docs/design.md section 7, "Filter schedule"), then turned into training samples and collated into tensors
 (:func:`arl.agent.samples.collate_episodes`), as the SFT DataModule hands over its batches. The
 module receives tensors only.
 

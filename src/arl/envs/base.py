@@ -1,4 +1,4 @@
-"""The environment contract shared by every text environment (DESIGN section 3).
+"""The environment contract shared by every text environment (docs/design.md section 4).
 
 An environment is a plain Python object: ``reset(seed) -> (observation, info)`` and
 ``step(action) -> StepResult``. ``reset`` is deterministic in ``seed`` so that the G members of a

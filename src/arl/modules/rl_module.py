@@ -1,4 +1,4 @@
-"""AgenticRLModule: one training iteration of DESIGN section 5, with manual optimisation.
+"""AgenticRLModule: one training iteration (docs/design.md section 5), with manual optimisation.
 
 The module owns the policy, the frozen reference, and the algorithm parts that the ``algo``
 config selects (loss, advantage, filter); it wires them together and leaves the arithmetic to
@@ -289,7 +289,7 @@ class AgenticRLModule(LightningModule):
 
     def _gigpo_step_std(self, step_rewards: torch.Tensor, table: dict[str, torch.Tensor]) -> float:
         """Std over the turns of GiGPO's step part as it enters the advantage (step_weight x A_S):
-        DESIGN.md's "step-part std"; 0 when no turn shares its anchor state in its group."""
+        ``adv/step_std`` of docs/design.md section 8; 0 when no turn shares its anchor state in its group."""
         kw = dict(self.advantage_kwargs)
         step_weight = float(kw.pop("step_weight", 1.0))
         _, step_adv = advantages.gigpo_parts(

@@ -1,4 +1,4 @@
-"""``MathToolEnv``: math problems solved with a sandboxed python tool (DESIGN sections 3 and 7).
+"""``MathToolEnv``: math problems solved with a sandboxed python tool (docs/design.md sections 4 and 10).
 
 One episode is one problem. Each turn the policy's action (the text inside ``<action>``) is one of:
 

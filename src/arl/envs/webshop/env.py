@@ -1,4 +1,4 @@
-"""``WebShopEnv``: the WebShop text environment (TextEnv protocol, DESIGN sections 3 and 7).
+"""``WebShopEnv``: the WebShop text environment (TextEnv protocol, docs/design.md sections 4 and 10).
 
 An episode is one shopping goal. The agent starts on the search page, searches with
 ``search[<query>]``, browses result pages (``click[next >]``, ``click[< prev]``), opens a product
