@@ -1,10 +1,14 @@
-"""Turn a multirun folder into a markdown table and PNG plots.
+"""Turn a multirun folder into a markdown table and PNG plots; keep the results page true to its archives.
 
     python src/report.py logs/multiruns/<time>                   # writes <folder>/report/
     python src/report.py <folder> --out docs/results/sokoban      # somewhere else
     python src/report.py <folder> --contrast "algo=sampo - algo=grpo" --contrast "algo=cispo_seqmask - algo=cispo"
+    python src/report.py findings                  # the generated blocks of docs/results.md and README.md, printed
+    python src/report.py findings --write          # ... written into the pages, between their markers
+    python src/report.py findings --check          # exit 1 naming every number a page has that the archives do not give
 
-Prints the table; see ``arl.report`` for what each column means.
+Prints the table; see ``arl.report`` for what each column means and ``arl.findings`` for the
+findings (spec: docs/results/findings.yaml). A multirun folder named ``findings`` is ``./findings``.
 """
 
 from __future__ import annotations
@@ -15,12 +19,55 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
 
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SPEC = ROOT / "docs" / "results" / "findings.yaml"
+
+
+def findings_main(argv: list[str]) -> int:
+    from arl.findings import check_pages, generate, load_spec, write_pages
+
+    ap = argparse.ArgumentParser(prog="report.py findings",
+                                 description="the findings of the results page, computed from the run archives")
+    ap.add_argument("spec", type=Path, nargs="?", default=DEFAULT_SPEC,
+                    help=f"the findings spec (default: {DEFAULT_SPEC.relative_to(ROOT)} of this checkout)")
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--write", action="store_true", help="rewrite the generated blocks of the spec's pages")
+    what.add_argument("--check", action="store_true",
+                      help="exit 1 naming every number of a generated block that differs from what the archives give")
+    what.add_argument("--block", action="append", default=None, metavar="NAME", help="print one block (repeatable)")
+    args = ap.parse_args(argv)
+    try:
+        spec = load_spec(args.spec)
+        if args.check:
+            problems = check_pages(spec)
+            for p in problems:
+                print(p)
+            pages = ", ".join(str(p) for p in spec.pages)
+            print(f"findings: {len(problems)} difference(s) between {pages} and the archives"
+                  + ("; `python src/report.py findings --write` regenerates the blocks" if problems else ""),
+                  file=sys.stderr if problems else sys.stdout)
+            return 1 if problems else 0
+        if args.write:
+            written = write_pages(spec)
+            print("findings: " + (f"rewrote {', '.join(map(str, written))}" if written else "every page was up to date"))
+            return 0
+        names = args.block or list(dict.fromkeys(n for blocks in spec.pages.values() for n in blocks))
+        for name in names:
+            print(f"<!-- {name}:begin -->\n{generate(spec, name).rstrip()}\n<!-- {name}:end -->\n")
+        return 0
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        print(f"report findings: {err}", file=sys.stderr)
+        return 2
+
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["findings"]:
+        return findings_main(argv[1:])
     from arl.report import write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run)")
+    ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run); `findings`: see above")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")
     ap.add_argument("--contrast", action="append", default=None, metavar="SPEC",
                     help='a paired comparison over seeds (one table per measure of arl.report.MEASURES), "A - B" or '

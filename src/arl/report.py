@@ -170,16 +170,29 @@ def parse_overrides(name: str) -> dict[str, str]:
     return out
 
 
+def event_files(root: Path) -> list[Path]:
+    """The TensorBoard event files under ``root`` in the order they were written: by the creation
+    time TensorBoard puts in their names (``events.out.tfevents.<unix time>.<host>...``), which a
+    copy or a git checkout keeps and the files' mtime does not (a name without it: its mtime)."""
+    def written(p: Path) -> tuple:
+        parts = p.name.split(".")
+        stamp = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else int(p.stat().st_mtime)
+        return (stamp, p.name)
+
+    return sorted(Path(root).rglob("events.out.tfevents.*"), key=written) if Path(root).exists() else []
+
+
 def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
     """Every scalar under ``folder/tensorboard/<subdir>`` (or ``folder/tensorboard`` when that
-    subfolder is missing); all event files, a later file's value wins for a repeated step."""
+    subfolder is missing); all event files, the value of the file written later
+    (:func:`event_files`) wins for a repeated step."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     root = folder / "tensorboard" / subdir
     if not root.exists():
         root = folder / "tensorboard"
     merged: dict[str, dict[int, float]] = defaultdict(dict)
-    for events in sorted(root.rglob("events.out.tfevents.*"), key=lambda p: (p.stat().st_mtime, p.name)):
+    for events in event_files(root):
         acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
@@ -351,7 +364,7 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
                      f"{won_a} ({won_a / n:.3f}) | {gained} | {lost} | {mcnemar_exact(gained, lost):.3g} | "
                      f"{gain:+.3f} |")
     out = ["\n".join(lines), "",
-           f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {_mean_ci(gains, signed=True)}; pooled "
+           f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {format_mean_ci(gains, signed=True)}; pooled "
            f"games gained {gained_all}, lost {lost_all}, McNemar p {mcnemar_exact(gained_all, lost_all):.3g}."]
     types = [t for t in sorted(by_type) if t]
     if len(types) > 1:
@@ -361,14 +374,19 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
     return "\n".join(out)
 
 
-def _val_episodes(run_dir: Path) -> int | None:
-    """``rollout.val_episodes`` of the run's saved config (None when there is none)."""
-    config = run_dir / ".hydra" / "config.yaml"
+def read_config(run_dir: Path) -> dict:
+    """The run's saved config (``.hydra/config.yaml``) as a dict; ``{}`` when there is none."""
+    config = Path(run_dir) / ".hydra" / "config.yaml"
     if not config.exists():
-        return None
+        return {}
     import yaml
 
-    value = ((yaml.safe_load(config.read_text()) or {}).get("rollout") or {}).get("val_episodes")
+    return yaml.safe_load(config.read_text()) or {}
+
+
+def _val_episodes(run_dir: Path) -> int | None:
+    """``rollout.val_episodes`` of the run's saved config (None when there is none)."""
+    value = (read_config(run_dir).get("rollout") or {}).get("val_episodes")
     return int(value) if isinstance(value, (int, float)) else None
 
 
@@ -443,7 +461,9 @@ def validation_table(runs: Iterable[Run], tag: str = "val/success_rate") -> str:
     return "\n".join(lines)
 
 
-def _mean_ci(values: list[float], signed: bool = False) -> str:
+def format_mean_ci(values: list[float], signed: bool = False) -> str:
+    """``"0.250 [0.120, 0.380]"``: the mean and its 95 % t interval over the values (one value
+    alone; ``"-"`` for none); ``signed`` writes a sign on every number (differences)."""
     if not values:
         return "-"
     fmt = "+.3f" if signed else ".3f"
@@ -470,7 +490,8 @@ def collapse_tests(runs: Iterable[Run]) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
-def _bootstrap(values: list[float], signed: bool = False) -> str:
+def format_bootstrap(values: list[float], signed: bool = False) -> str:
+    """``"[0.120, 0.380]"``: the percentile bootstrap 95 % interval of the mean (``"-"`` below two values)."""
     if len(values) < 2:
         return "-"
     fmt = "+.3f" if signed else ".3f"
@@ -478,7 +499,7 @@ def _bootstrap(values: list[float], signed: bool = False) -> str:
     return f"[{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _collapse_cell(members: list[Run]) -> str:
+def collapse_cell(members: list[Run]) -> str:
     """``"2/4 (it 1, 7)"``: runs the detector fired in, of the setting's runs, and the first
     iteration it fired in each of them (time to collapse)."""
     firsts = sorted(s for s in (r.steps_to_collapse() for r in members) if s is not None)
@@ -504,13 +525,13 @@ def group_table(runs: Iterable[Run]) -> str:
             return [v for v in (fn(r) for r in members) if v is not None]
 
         finals = vals(lambda r: r.final("val/success_rate"))
-        cells = [f"`{name}`", str(len(members)), _mean_ci(finals), _bootstrap(finals),
-                 _mean_ci(vals(lambda r: r.gain("val/success_rate")), signed=True),
-                 _mean_ci(vals(lambda r: r.best("val/success_rate"))),
-                 _collapse_cell(members),
-                 _mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
-                 _mean_ci(vals(lambda r: r.mean("actor/clipfrac"))),
-                 _mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
+        cells = [f"`{name}`", str(len(members)), format_mean_ci(finals), format_bootstrap(finals),
+                 format_mean_ci(vals(lambda r: r.gain("val/success_rate")), signed=True),
+                 format_mean_ci(vals(lambda r: r.best("val/success_rate"))),
+                 collapse_cell(members),
+                 format_mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
+                 format_mean_ci(vals(lambda r: r.mean("actor/clipfrac"))),
+                 format_mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -532,8 +553,8 @@ def type_table(runs: Iterable[Run]) -> str:
             finals = [v for v in (r.final(tag) for r in members) if v is not None]
             gains = [v for v in (r.gain(tag) for r in members) if v is not None]
             start = f"{sum(starts) / len(starts):.3f} -> " if starts else ""
-            gain = f" (gain {_mean_ci(gains, signed=True)})" if gains else ""
-            cells.append(f"{start}{_mean_ci(finals)}{gain}" if finals else "-")
+            gain = f" (gain {format_mean_ci(gains, signed=True)})" if gains else ""
+            cells.append(f"{start}{format_mean_ci(finals)}{gain}" if finals else "-")
         lines.append(f"| `{name}` | {len(members)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -574,10 +595,7 @@ def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "fi
     string without contrasts."""
     if not contrasts:
         return ""
-    value = MEASURES[measure]
-    by_setting = {name: {r.overrides.get("seed") or r.common.get("seed") or r.name: v
-                         for r in members if (v := value(r)) is not None}
-                  for name, members in settings(runs).items()}
+    by_setting = values_by_setting(runs, MEASURES[measure])
     head = ["contrast (per seed)", "seeds", "mean [t 95 %]", "bootstrap 95 %", "above / below 0", "per seed"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
     for spec in contrasts:
@@ -591,9 +609,21 @@ def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "fi
             lines.append(f"| `{spec}` | 0 | - | - | - | - |")
             continue
         above, below = sum(v > 1e-12 for v in values), sum(v < -1e-12 for v in values)
-        lines.append(f"| `{spec}` | {len(values)} | {_mean_ci(values, signed=True)} | {_bootstrap(values, signed=True)} "
+        lines.append(f"| `{spec}` | {len(values)} | {format_mean_ci(values, signed=True)} | {format_bootstrap(values, signed=True)} "
                      f"| {above} / {below} | {', '.join(f'{s}: {v:+.3f}' for s, v in per_seed.items())} |")
     return "\n".join(lines)
+
+
+def seed_of(run: Run) -> str:
+    """The run's seed as its label or the multirun's shared overrides give it (else its folder name)."""
+    return run.overrides.get("seed") or run.common.get("seed") or run.name
+
+
+def values_by_setting(runs: Iterable[Run], value: Callable[[Run], float | None]) -> dict[str, dict[str, float]]:
+    """Setting -> {seed: ``value(run)``} over the runs that have the value: what a paired contrast
+    (:func:`arl.utils.stats.contrast_values`) combines per seed."""
+    return {name: {seed_of(r): v for r in members if (v := value(r)) is not None}
+            for name, members in settings(runs).items()}
 
 
 def line_styles(runs: list[Run]) -> dict[str, tuple]:
