@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 22's ALFWorld study (docs/results.md, "ALFWorld: from behaviour cloning to RL"): the tiny model
+# Issue 22's ALFWorld study (docs/results.md, "ALFWorld: RL from the cloned policy"): the tiny model
 # cloned with the cpu_small recipe (debug/budget/cpu_small_alfworld.yaml: 1200 expert games, notes,
 # 4 epochs), then RL from that one policy with each method on the same paired seeds, then the report
 # (gain over the BC start with its interval, success per task type, SAMPO against GRPO):
