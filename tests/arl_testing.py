@@ -60,3 +60,17 @@ def episode_returns(batch) -> dict[int, dict[int, float]]:
     for g, e, r in zip(t["group_id"].tolist(), t["episode_id"].tolist(), t["episode_return"].tolist()):
         out.setdefault(int(g), {})[int(e)] = float(r)
     return out
+
+
+def write_rl_events(run_dir, scalars: dict[str, list[tuple[int, float]]]) -> None:
+    """Write ``{tag: [(step, value), ...]}`` as the RL stage's TensorBoard event file of the run
+    folder ``run_dir`` (``<run_dir>/tensorboard/rl``), as a training run writes it."""
+    from pathlib import Path
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(Path(run_dir) / "tensorboard" / "rl"))
+    for tag, values in scalars.items():
+        for step, value in values:
+            writer.add_scalar(tag, value, step)
+    writer.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from arl_testing import ROOT
+from arl_testing import ROOT, write_rl_events
 
 sys.path.insert(0, str(ROOT / "src"))
 
@@ -101,15 +101,6 @@ After.
 """
 
 
-def _write_events(folder: Path, scalars: dict[str, list[tuple[int, float]]]) -> None:
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(folder / "tensorboard" / "rl"))
-    for tag, values in scalars.items():
-        for step, value in values:
-            writer.add_scalar(tag, value, step)
-    writer.close()
-
 
 @pytest.fixture
 def archive(tmp_path):
@@ -118,7 +109,7 @@ def archive(tmp_path):
     for algo, v in RUNS.items():
         for i, seed in enumerate((1, 2, 3)):
             folder = runs / f"algo={algo},seed={seed}"
-            _write_events(folder, {
+            write_rl_events(folder, {
                 "rollout/success_rate": [(1, v["train"][i]), (2, v["train"][i])],
                 "val/success_rate": [(0, 0.5), (2, v["final"][i])],
                 "actor/kl_loss": [(1, 0.1), (2, v["peak"][i])],
@@ -293,7 +284,7 @@ def test_a_repeated_step_takes_the_value_of_the_file_written_last_whatever_the_m
 
     run = tmp_path / "run"
     for value in (0.25, 0.75):  # the first process, then the resumed one, both logging step 3
-        _write_events(run, {"val/success_rate": [(3, value)]})
+        write_rl_events(run, {"val/success_rate": [(3, value)]})
     first, second = sorted((run / "tensorboard" / "rl").glob("events.out.tfevents.*"), key=os.path.getmtime)
     first = first.rename(first.with_name("events.out.tfevents.1700000000.host.1.0"))
     second = second.rename(second.with_name("events.out.tfevents.1700000100.host.2.0"))

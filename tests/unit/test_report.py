@@ -4,17 +4,11 @@ import math
 
 import pytest
 
+from arl_testing import write_rl_events
 from arl.report import find_runs, group_table, parse_overrides, run_table, validation_table, write_report
 
 
-def _write_run(folder, scalars):
-    from torch.utils.tensorboard import SummaryWriter
-
-    writer = SummaryWriter(str(folder / "tensorboard" / "rl"))
-    for tag, values in scalars.items():
-        for step, value in values:
-            writer.add_scalar(tag, value, step)
-    writer.close()
+_write_run = write_rl_events
 
 
 @pytest.fixture
