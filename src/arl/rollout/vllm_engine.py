@@ -45,7 +45,8 @@ Weight sync
 -----------
 :meth:`VLLMEngine.sync` turns the policy's state dict into HF checkpoint names
 (:func:`hf_weight_name`: FSDP/compile/activation-checkpoint/DDP wrappers and the peft
-``base_model.model.`` prefix are stripped, LoRA factors dropped after merging the adapters) and
+``base_model.model.`` prefix are stripped; LoRA layers arrive as W + scale B A, merged on the way
+by :func:`arl.utils.lora_stream.merge_lora_stream`, the live model untouched) and
 calls the worker's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` through
 ``LLM.collective_rpc``. That is vLLM's in-place reload: ``model.load_weights`` plus the
 ``process_weights_after_loading`` pass, which matters on CPU where linear weights are repacked for
@@ -56,9 +57,10 @@ cache is reset after every load, since cached KV blocks were computed with the o
 Sleep mode
 ----------
 With ``vllm.enable_sleep_mode`` on a GPU, :meth:`sleep` (call it after the rollout, before the
-update) offloads the weights and drops the KV cache (``LLM.sleep(level)``); the next :meth:`sync`
-wakes the weights, loads the new ones, then wakes the KV cache. :meth:`wake_up` wakes everything
-(for a sleep not followed by a sync). vLLM has no sleep mode on CPU: there, the option is dropped
+update) frees the engine's GPU memory (``LLM.sleep(level)``; level 2, the default, discards the
+weights, which the sync after the update reloads in full); the next :meth:`sync` frees PyTorch's
+cache, wakes the weights, loads the new ones, then wakes the KV cache. :meth:`wake_up` wakes
+everything after a level-1 sleep not followed by a sync (after level 2 it refuses). vLLM has no sleep mode on CPU: there, the option is dropped
 with a warning and both calls are no-ops. (The GPU path follows vLLM 0.32's API but has not been
 run by the test suite, which is CPU-only.)
 """
