@@ -3,7 +3,8 @@
 Composes the Hydra config, validates it and checks that this machine has what it needs (a GPU,
 vLLM, the model folder) and, for a run on a GPU, that the memory plan fits (``src/plan.py``,
 ``plan.check``) before anything heavy is built, and hands it to ``arl.pipeline.train``.
-Returns the optimised metric for Hydra sweepers. ``dry_run=true`` stops after those checks
+Returns the optimised metric for Hydra sweepers. ``explain=<key>`` prints which config files
+and overrides set that key, in merge order, and stops. ``dry_run=true`` stops after those checks
 (and after resolving ``ckpt_path``), printing what the run would be: every job of a multirun
 is checked in seconds.
 """
@@ -34,6 +35,8 @@ def main(cfg: DictConfig) -> float | None:
     from arl.utils.config import ConfigError
     from arl.utils.threads import configure_threads
 
+    if cfg.get("explain"):  # which file decided this key? (before validation: an invalid config is explained too)
+        return explain(cfg)
     try:
         validate_config(cfg)
         configure_threads(cfg.get("threads", "auto"))  # before any torch work
@@ -51,6 +54,20 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:  # e.g. ckpt_path=last with no run to resume
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
+
+
+def explain(cfg: DictConfig) -> None:
+    """Print the chain of config files and command-line overrides that set ``cfg.explain``, in the
+    order Hydra merged them, and the final value; nothing runs."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from arl.utils.explain import explain_key, final_value, format_explanation
+
+    key = str(cfg.explain)
+    hc = HydraConfig.get()
+    overrides = [o for o in hc.overrides.task if not o.startswith(("explain=", "+explain="))]
+    print(format_explanation(key, explain_key(key, str(hc.job.config_name), overrides), final_value(cfg, key)))
+    _remove_empty_run_folder(Path(str(cfg.paths.output_dir)))
 
 
 def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
