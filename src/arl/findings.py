@@ -1002,13 +1002,15 @@ def render(text: str, blocks: Callable[[str], str]) -> str:
                       text)
 
 
-def write_pages(spec: Spec) -> list[Path]:
-    cache: dict[str, str] = {}
+def _cached_blocks(spec: Spec):
+    """``block(name)``: the generated block ``name`` of ``spec``, each generated once."""
+    import functools
 
-    def block(name: str) -> str:
-        if name not in cache:
-            cache[name] = generate(spec, name)
-        return cache[name]
+    return functools.lru_cache(maxsize=None)(lambda name: generate(spec, name))
+
+
+def write_pages(spec: Spec) -> list[Path]:
+    block = _cached_blocks(spec)
 
     written = []
     for page, names in spec.pages.items():
@@ -1095,12 +1097,7 @@ def check_text(text: str, blocks: Callable[[str], str], page: str, required: lis
 
 def check_pages(spec: Spec) -> list[str]:
     """Every problem of every page the spec lists (none: the pages say what the archives give)."""
-    cache: dict[str, str] = {}
-
-    def block(name: str) -> str:
-        if name not in cache:
-            cache[name] = generate(spec, name)
-        return cache[name]
+    block = _cached_blocks(spec)
 
     problems = []
     for page, names in spec.pages.items():

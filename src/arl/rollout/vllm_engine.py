@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from arl.rollout.engine import Generation, SamplingParams
+from arl.utils.lora_stream import WRAPPER_SEGMENTS
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,7 @@ VLLM_DEFAULTS: dict[str, Any] = {
     "kv_cache_memory_bytes": None,
 }
 
-# Path segments that wrappers insert into parameter names (anywhere in the name).
-_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
+# Path segments that wrappers insert anywhere in parameter names: WRAPPER_SEGMENTS (arl.utils.lora_stream).
 # Prefixes that wrappers put in front of the HF names.
 _WRAPPER_PREFIXES = ("module.", "base_model.model.")
 
@@ -114,7 +114,7 @@ def hf_weight_name(name: str) -> str | None:
     peft's frozen ``original_module`` copies are skipped: merge the adapters into the base weights
     before reading them (:meth:`VLLMEngine.sync` does).
     """
-    parts = [p for p in name.split(".") if p not in _WRAPPER_SEGMENTS]
+    parts = [p for p in name.split(".") if p not in WRAPPER_SEGMENTS]
     if any(p.startswith("lora_") for p in parts) or "original_module" in parts:
         return None
     stripped = True

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 # Wrapper segments that sharding, compile and checkpointing insert into parameter names.
-_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
+WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")
 
 
 def _plain_name(name: str) -> str:
-    return ".".join(p for p in name.split(".") if p not in _WRAPPER_SEGMENTS)
+    return ".".join(p for p in name.split(".") if p not in WRAPPER_SEGMENTS)
 
 
 def lora_scalings(model) -> dict[str, float]:
