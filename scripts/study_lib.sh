@@ -1,4 +1,4 @@
-# Shared by the study scripts (arena_study.sh, alfworld_study.sh); sourced, not run.
+# Shared by the study scripts (arena_study.sh, alfworld_study.sh, alfworld_cpu_study.sh, math_study.sh); sourced, not run.
 
 single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
   local a
@@ -15,5 +15,56 @@ check_start() {  # <bc_policy_hf folder> <its name in the message> <variable nam
       echo "the BC start $2 differs from $3=$want (its weights: $got): runs from it would not pair with those" >&2
       exit 1
     fi
+  fi
+}
+
+rl_study() {  # the design every per-env study shares (docs/results.md, "RL from a cloned start"):
+  # a BC start built once in $OUT/bc (unless $BC names one), its sha256 in $OUT/bc.sha256 (checked against
+  # $BC_SHA256 when set), then METHODS on SEEDS paired seeds from it as one Hydra multirun in $OUT/rl
+  # (ckpt_path=resume: the same command resumes an interrupted study; run folders <algo>_seed<k>), then
+  # the report with the METHODS' first-minus-second contrast, and, when ARCHIVE is set, the finished runs
+  # and the report copied there (scripts/archive_runs.sh). Reads: PY OUT SEEDS METHODS ITERS VAL_EVERY
+  # VAL_EPISODES N_JOBS BC_THREADS RL_THREADS BC_EXPERIMENT RL_EXPERIMENT SETUP (overrides of the study's
+  # scale, for both stages) BC_ARGS and RL_ARGS (each stage's own) EXTRA (the caller's, for every run; hydra.launcher.*
+  # ones reach the RL multirun only) BC BC_SHA256 ARCHIVE.
+  mkdir -p "$OUT"
+  OUT=$(cd "$OUT" && pwd)
+  if [ -z "${BC:-}" ]; then  # the study's own BC start, once
+    BC=$OUT/bc/bc_policy_hf
+    if [ ! -d "$BC" ]; then
+      # a fixed thread count (BC_THREADS): float sums then do not depend on what else runs, so a rebuild on
+      # another machine of the same kind can give the same weights (checked with BC_SHA256)
+      echo "study: the BC start ($BC_EXPERIMENT) in $OUT/bc, log $OUT/bc.out"
+      # shellcheck disable=SC2086  # SETUP, BC_ARGS and EXTRA are lists of overrides
+      "$PY" src/train.py experiment="$BC_EXPERIMENT" $SETUP $BC_ARGS seed=1 bc.val_untrained=false \
+        threads="$BC_THREADS" "hydra.run.dir='$OUT/bc'" $(single_run "$EXTRA") > "$OUT/bc.out" 2>&1 ||
+        { echo "the BC run failed: see $OUT/bc.out" >&2; exit 1; }
+      sha256sum "$BC/model.safetensors" > "$OUT/bc.sha256"
+    fi
+  elif [ ! -d "$BC" ]; then
+    echo "BC=$BC: no such folder (a BC run's bc_policy_hf)" >&2
+    exit 2
+  fi
+  BC=$(cd "$BC" && pwd)
+  check_start "$BC" "$BC" BC_SHA256  # the start the archived runs came from, when given
+  echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
+  # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets
+  # shellcheck disable=SC2086
+  "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment="$RL_EXPERIMENT" $SETUP \
+    ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
+    rollout.val_episodes="$VAL_EPISODES" threads="$RL_THREADS" "hydra.sweep.dir='$OUT/rl'" \
+    'hydra.sweep.subdir=${algo.name}_seed${seed}' ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
+    { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
+  local first=${METHODS%%,*} rest=${METHODS#*,}
+  "$PY" src/report.py "$OUT/rl" --contrast "algo=$first - algo=${rest%%,*}"
+  if [ -n "${ARCHIVE:-}" ]; then
+    bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"
+    if [ -d "$OUT/bc/.hydra" ]; then  # the study's own start: its config, results record and hash
+      mkdir -p "$ARCHIVE/bc_start"
+      cp -a "$OUT/bc/.hydra" "$OUT/bc/bc_results.json" "$ARCHIVE/bc_start/"
+      cp "$OUT/bc.sha256" "$ARCHIVE/bc_start/"
+    fi
+    "$PY" src/report.py "$ARCHIVE/runs" --out "$ARCHIVE" --contrast "algo=$first - algo=${rest%%,*}" > /dev/null
+    echo "study: archived in $ARCHIVE (runs/, report.md, plots)"
   fi
 }

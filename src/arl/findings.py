@@ -144,6 +144,9 @@ MEASURE_KINDS: dict[str, Measure] = {
     "final": Measure("final success (T {val_T})", MEASURES["final validation success"],
                      "final validation success: `val/success_rate` at iteration {iterations}, {val_episodes} held-out "
                      "levels sampled at {VT}"),
+    "gain": Measure("gain over the start (T {val_T})", MEASURES["gain over the start"],
+                    "gain over the start: `val/success_rate` at iteration {iterations} minus at iteration 0 (the "
+                    "start policy), the same {val_episodes} held-out games sampled at {VT}"),
     "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
                         "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
                         "rounds included) at {T}, mean over the {iterations} iterations"),

@@ -583,6 +583,9 @@ MEASURES: dict[str, Callable[[Run], float | None]] = {
     # how soon a policy answers in the format (what the stage-aware filter is for) and how much of
     # it a collapse costs: the mean of the per-iteration valid-action ratio of the training episodes
     "mean training valid-action ratio over the run": lambda r: r.mean("rollout/valid_action_ratio"),
+    # what RL added to the start: the last validation minus the first (iteration 0, the start policy), on
+    # the same held-out games; a single setting's contrast ("algo=sampo") is its gain per seed
+    "gain over the start": lambda r: r.gain("val/success_rate"),
 }
 
 

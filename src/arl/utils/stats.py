@@ -156,3 +156,48 @@ def contrast_values(terms: list[tuple[int, str]], by_setting: Mapping[str, Mappi
 
 def _seed_key(seed: str) -> tuple[int, str]:
     return (int(seed), "") if seed.lstrip("-").isdigit() else (0, seed)
+
+
+# --------------------------------------------------------------------------- sizing a study
+
+def binomial_se(p: float, n: int) -> float:
+    """Standard error of a success rate ``p`` measured on ``n`` independent games: sqrt(p (1 - p) / n)."""
+    if n < 1 or not 0.0 <= p <= 1.0:
+        raise ValueError(f"binomial_se needs 0 <= p <= 1 and n >= 1, got p={p}, n={n}")
+    return math.sqrt(p * (1.0 - p) / n)
+
+
+def _normal_sf(x: float) -> float:
+    return 0.5 * math.erfc(x / math.sqrt(2.0))
+
+
+def paired_t_power(delta: float, sd: float, n: int, steps: int = 4000) -> float:
+    """Power of the two-sided paired t-test at 5 % on ``n`` seeds when the per-seed difference has
+    mean ``delta`` and standard deviation ``sd``: P(|T| > t975(n - 1)) for T noncentral t with
+    n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd.
+
+    Computed as E_V[P(|Z + ncp| > c sqrt(V / df))] over V ~ chi2(df), integrated in u = sqrt(V)
+    (smooth at 0 for every df) by the midpoint rule on ``steps`` points; no scipy needed.
+    """
+    if n < 2 or sd <= 0:
+        raise ValueError(f"paired_t_power needs n >= 2 seeds and sd > 0, got n={n}, sd={sd}")
+    df, c, ncp = n - 1, t975(n - 1), delta * math.sqrt(n) / sd
+    upper = math.sqrt(df + 40.0 * math.sqrt(2.0 * df))
+    h = upper / steps
+    log_norm = (df / 2) * math.log(2.0) + math.lgamma(df / 2)
+    total = 0.0
+    for i in range(steps):
+        u = (i + 0.5) * h
+        density = 2.0 * math.exp((df - 1) * math.log(u) - u * u / 2 - log_norm)  # of u, from chi2(df) of v = u^2
+        bound = c * u / math.sqrt(df)
+        total += density * (_normal_sf(bound - ncp) + _normal_sf(bound + ncp)) * h
+    return min(1.0, total)
+
+
+def seeds_for_power(delta: float, sd: float, power: float = 0.8, max_seeds: int = 50) -> int | None:
+    """The fewest paired seeds (>= 2) whose two-sided 5 % paired t-test reaches ``power`` for a true
+    difference ``delta`` with per-seed standard deviation ``sd``; None beyond ``max_seeds``."""
+    for n in range(2, max_seeds + 1):
+        if paired_t_power(delta, sd, n) >= power:
+            return n
+    return None
