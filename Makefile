@@ -73,6 +73,12 @@ mutation: install ## mutation testing of the update path (scripts/mutation.py): 
 study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 seeds, then the report (~2 h)
 	bash scripts/sokoban_study.sh
 
+study-math: install ## issue 42's math study (scripts/math_study.sh): BC start, SAMPO and GRPO on 6 paired seeds, report (~1.5 h; resumable)
+	bash scripts/math_study.sh
+
+study-alfworld: install ## issue 42's ALFWorld study at this machine's size (scripts/alfworld_cpu_study.sh): BC start, SAMPO and GRPO on 3 paired seeds, report (~2.5 h; resumable)
+	bash scripts/alfworld_cpu_study.sh
+
 arena: install ## the arena study (scripts/arena_study.sh): stage 0 calibration, stage 1 collapse and rescue, stage 2 credit assignment on a longer Sokoban, stage 2b the stage-aware filter; resumable (days)
 	bash scripts/arena_study.sh
 
@@ -88,4 +94,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study gpu-kit bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-alfworld arena gpu-kit bench tb clean-logs

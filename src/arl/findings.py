@@ -17,7 +17,12 @@ Blocks (``NAME``): ``findings`` (the table), ``headline`` (README's short table)
 (what each archive holds and lacks), ``default-job``, and per study ``<study>-setup``,
 ``<study>-settings``, ``<study>-contrasts``, ``<study>-threshold`` (the collapse detector's KL
 threshold swept over the archived curves), ``<study>-collapses``, ``<study>-without-seed-1``,
-``<study>-format`` and ``<study>-cost``.
+``<study>-format``, ``<study>-cost``, ``<study>-types`` (success per task type, start -> final) and
+``<study>-games`` (game by game, the start against the last validation, McNemar).
+
+A study's runs may be of any env: :data:`ENV_KINDS` says, per ``env.name`` of the runs' configs,
+how the page describes the task (Sokoban's room and boxes, math_tool's templates, ALFWorld's task
+types) and what validation plays (held-out levels, problems, games).
 """
 
 from __future__ import annotations
@@ -39,10 +44,12 @@ from arl.report import (
     collapse_cell,
     find_runs,
     format_mean_ci,
+    games_by_setting,
     kl_tag,
     read_config,
     seed_of,
     settings,
+    type_cells,
     values_by_setting,
 )
 from arl.utils.stats import _seed_key, contrast_values, fisher_exact, mean_ci, parse_contrast
@@ -142,11 +149,11 @@ def _window_mean(tag: str, first: int, last: int) -> Callable[[Run], float | Non
 
 MEASURE_KINDS: dict[str, Measure] = {
     "final": Measure("final success (T {val_T})", MEASURES["final validation success"],
-                     "final validation success: `val/success_rate` at iteration {iterations}, {val_episodes} held-out "
-                     "levels sampled at {VT}"),
+                     "final validation success: `val/success_rate` at iteration {iterations}, {val_episodes} "
+                     "{held_out} sampled at {VT}"),
     "gain": Measure("gain over the start (T {val_T})", MEASURES["gain over the start"],
                     "gain over the start: `val/success_rate` at iteration {iterations} minus at iteration 0 (the "
-                    "start policy), the same {val_episodes} held-out games sampled at {VT}"),
+                    "start policy), the same {val_episodes} {held_out} sampled at {VT}"),
     "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
                         "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
                         "rounds included) at {T}, mean over the {iterations} iterations"),
@@ -214,33 +221,38 @@ class Study:
             out += self.name(name)
         return out
 
-    def _shared(self, path: str) -> str:
-        """The config value at ``a.b.c`` every run shares, or its values joined when they differ."""
-        values = []
+    def config_values(self, path: str) -> list:
+        """The distinct values at ``a.b.c`` of the runs' configs, in the runs' order (None where a
+        config lacks it; lists kept as lists)."""
+        values: dict[str, object] = {}
         for r in self.runs:
             node = self.config(r)
             for key in path.split("."):
                 node = node.get(key) if isinstance(node, dict) else None
-            values.append(node)
-        distinct = list(dict.fromkeys(str(v) for v in values))
-        return distinct[0] if len(distinct) == 1 else " / ".join(distinct)
+            values.setdefault(str(node), node)
+        return list(values.values())
+
+    def _shared(self, path: str) -> str:
+        """The config value at ``a.b.c`` every run shares, or its values joined by `` / `` when they differ."""
+        return " / ".join(str(v) for v in self.config_values(path))
 
     @cached_property
     def facts(self) -> dict[str, str]:
-        """What the runs' configs say: temperatures, sizes, the regime (every run the same, or each value)."""
+        """What the runs' configs say: temperatures, sizes, the regime (every run the same, or each
+        value), and the env's description (:data:`ENV_KINDS`: ``task``, ``task_scale``, ``held_out``)."""
         g = self._shared
         vt = f"T {g('rollout.val_temperature')}, top-p {g('rollout.val_top_p')}, top-k {g('rollout.val_top_k')}"
         seeds = sorted({seed_of(r) for r in self.runs}, key=_seed_key)
-        room = g("env.kwargs.dim_room").strip("[]").replace(", ", "x")
         return {
             "T": f"T {g('rollout.temperature')}", "VT": vt, "val_T": g("rollout.val_temperature"),
             "iterations": g("rl.iterations"), "val_episodes": g("rollout.val_episodes"),
             "val_every": g("rl.val_every"), "lr": g("rl.optimizer.lr"),
             "mini_batches": g("rl.mini_batches"), "groups": g("rollout.groups_per_step"),
-            "group_size": g("rollout.group_size"), "model": g("model.name"), "room": room,
-            "boxes": g("env.kwargs.num_boxes"), "turns": g("env.max_turns"), "seeds": ", ".join(seeds),
+            "group_size": g("rollout.group_size"), "model": g("model.name"), "env": g("env.name"),
+            "turns": g("env.max_turns"), "seeds": ", ".join(seeds),
             "n_seeds": str(len(seeds)), "start": _start_name(g("model.init_from")),
             "kl_threshold": g("callbacks.collapse.kl_threshold"),
+            **ENV_KINDS.get(g("env.name"), _any_env)(self),
         }
 
     def fill(self, text: str) -> str:
@@ -248,9 +260,10 @@ class Study:
 
     @property
     def scale(self) -> str:
+        """``"tiny model, Sokoban 6x6 with 1 box and 10 turns, 40 iterations at lr ..., 4 paired seeds"``."""
         f = self.facts
         seeds = plural(f["n_seeds"], "paired seed") if f["n_seeds"] != "1" else "1 seed"
-        return (f"{f['model']} model, Sokoban {f['room']} with {plural(f['boxes'], 'box')} and {f['turns']} turns, "
+        return (f"{f['model']} model, {f['task_scale']}, "
                 f"{f['iterations']} iterations at lr {f['lr']} x {f['mini_batches']} mini-batches a rollout, {seeds}")
 
     def by_setting(self, measure: str, seeds: set[str] | None = None) -> dict[str, dict[str, float]]:
@@ -288,6 +301,66 @@ class Study:
                 "resumed": resumed, "reloaded": reloaded,
                 "finished": sum(_last_step(r, "rollout/success_rate") == (self.config(r).get("rl") or {}).get("iterations")
                                 for r in self.runs)}
+
+
+# --------------------------------------------------------------------------- envs
+# Each env kind describes a study's task from its runs' configs: ``task`` (the setup block's words),
+# ``task_scale`` (the scale line's) and ``held_out`` (what a validation plays).
+
+
+def _listed(values: list, every: str) -> str:
+    """Config lists as the page names them: ``"a, b"``; ``every`` for null (all); the runs' values
+    joined by `` / `` where they differ."""
+    return " / ".join(every if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+                      for v in values)
+
+
+def _sokoban(study: Study) -> dict[str, str]:
+    """Sokoban: the room, the boxes and the turns; validation on held-out levels."""
+    g = study._shared
+    room = g("env.kwargs.dim_room").strip("[]").replace(", ", "x")
+    boxes, turns = plural(g("env.kwargs.num_boxes"), "box"), g("env.max_turns")
+    return {"room": room, "boxes": g("env.kwargs.num_boxes"), "task": f"Sokoban {room}, {boxes}, {turns} turns",
+            "task_scale": f"Sokoban {room} with {boxes} and {turns} turns", "held_out": "held-out levels"}
+
+
+def _math_tool(study: Study) -> dict[str, str]:
+    """math_tool: the generated problems' templates (``env.kwargs.templates``, null: every one) or
+    the dataset's file (``env.kwargs.data_path``), and the turns; validation on held-out problems."""
+    templates, data = study.config_values("env.kwargs.templates"), study._shared("env.kwargs.data_path")
+    if data != "None":
+        what = f"problems of `{Path(data).name}`"
+    elif templates == [None]:
+        what = "generated problems of every template"
+    else:
+        what = f"generated problems of templates {_listed(templates, 'every template')}"
+    turns = study._shared("env.max_turns")
+    return {"task": f"math_tool, {what}, {turns} turns", "task_scale": f"math_tool ({what}) with {turns} turns",
+            "held_out": "held-out problems"}
+
+
+def _alfworld(study: Study) -> dict[str, str]:
+    """ALFWorld: the task types (``env.kwargs.task_types``, null: all six) and the turns;
+    validation on held-out games."""
+    types, turns = study.config_values("env.kwargs.task_types"), study._shared("env.max_turns")
+    if types == [None]:
+        task, what = f"ALFWorld, all six task types, {turns} turns", "all six task types"
+    else:
+        what = f"task types {_listed(types, 'all six')}"
+        task = f"ALFWorld {what}, {turns} turns"
+    return {"task": task, "task_scale": f"ALFWorld ({what}) with {turns} turns", "held_out": "held-out games"}
+
+
+def _any_env(study: Study) -> dict[str, str]:
+    """An env without a kind of its own: its name and turns; validation on held-out games."""
+    name, turns = study._shared("env.name"), study._shared("env.max_turns")
+    return {"task": f"{name}, {turns} turns", "task_scale": f"{name} with {turns} turns", "held_out": "held-out games"}
+
+
+#: ``env.name`` -> the description of a study's task (others: :func:`_any_env`)
+ENV_KINDS: dict[str, Callable[[Study], dict[str, str]]] = {
+    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld,
+}
 
 
 def _start_name(init_from: str) -> str:
@@ -540,12 +613,7 @@ def finding_row(spec: Spec, f: dict) -> Row:
         ours = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f} ({c.above}/{len(c.values)} above 0)"
                                          for n, c in zip(names, contrasts))
         ours_short = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f}" for n, c in zip(names, contrasts))
-        lo_hi = ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in (c.interval for c in contrasts))
-        seeds = "/".join(map(str, sorted({len(c.values) for c in contrasts})))
-        fam = sorted({c.family_size for c in contrasts})
-        holms = ", ".join(fmt_p(c.p_holm) for c in contrasts)
-        interval = (f"{lo_hi} (t 95 %, {seeds} paired seeds, uncorrected); p {', '.join(fmt_p(c.p) for c in contrasts)}, "
-                    f"Holm {holms} over {'/'.join(map(str, fam))} contrast{'s' if fam != [1] else ''}")
+        lo_hi, holms, interval = _interval_cell(contrasts)
         words = []
         for c in contrasts:
             effect_p, effect_note = None, ""
@@ -571,6 +639,21 @@ def finding_row(spec: Spec, f: dict) -> Row:
     notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale(studies)]
     return Row(f["finding"], f["paper"], out, notes, " / ".join(f"`{s.command}`" for s in studies),
                "; ".join(archive_note(s) for s in studies), bool(f.get("headline")))
+
+
+def _interval_cell(contrasts: list[Contrast]) -> tuple[str, str, str]:
+    """(the intervals, the Holm p's, the findings table's interval cell) of a finding's contrasts on
+    one measure: ``"[-0.388, -0.029]"``, ``"0.038"``, ``"[-0.388, -0.029] (t 95 %, 3 paired seeds,
+    uncorrected); p 0.038, Holm 0.038 over 1 contrast"`` (seeds, not paired seeds, when every
+    contrast is one setting's own value)."""
+    lo_hi = ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in (c.interval for c in contrasts))
+    seeds = "/".join(map(str, sorted({len(c.values) for c in contrasts})))
+    fam = sorted({c.family_size for c in contrasts})
+    holms = ", ".join(fmt_p(c.p_holm) for c in contrasts)
+    paired = "paired " if any(len(parse_contrast(c.spec)) > 1 for c in contrasts) else ""
+    return lo_hi, holms, (f"{lo_hi} (t 95 %, {seeds} {paired}seeds, uncorrected); p "
+                          f"{', '.join(fmt_p(c.p) for c in contrasts)}, Holm {holms} over {'/'.join(map(str, fam))} "
+                          f"contrast{'s' if fam != [1] else ''}")
 
 
 def _recorded_row(f: dict, alpha: float) -> Row:
@@ -728,9 +811,8 @@ def setup_block(study: Study) -> str:
     names = ", ".join(study.name(g) for g in groups)
     text = (f"{len(study.runs)} runs: {len(groups)} settings ({names}) x seeds {f['seeds']}; each "
             f"{f['iterations']} iterations of {f['groups']} groups x {f['group_size']} episodes at {f['T']} from the "
-            f"BC start `{f['start']}`, lr {f['lr']}, {f['mini_batches']} mini-batches a rollout; Sokoban {f['room']}, "
-            f"{plural(f['boxes'], 'box')}, {f['turns']} turns; validation every {f['val_every']} iterations on "
-            f"{f['val_episodes']} held-out levels at {f['VT']}.")
+            f"BC start `{f['start']}`, lr {f['lr']}, {f['mini_batches']} mini-batches a rollout; {f['task']}; "
+            f"validation every {f['val_every']} iterations on {f['val_episodes']} {f['held_out']} at {f['VT']}.")
     return text + "\n\n" + settings_table(study)
 
 
@@ -778,7 +860,19 @@ def contrasts_block(study: Study, seeds: set[str] | None = None) -> str:
     return (_table(head, rows, ["---"] + ["---:"] * len(study.measures)) +
             f"\n\nEach cell: the mean of the per-seed differences, its t 95 % interval over the {n} paired seeds "
             f"(uncorrected) and how many seeds came out above 0; p: paired t-test, two-sided; Holm: p adjusted "
-            f"over the {family} of the column; bold: Holm p < 0.05.")
+            f"over the {family} of the column; bold: Holm p < 0.05." + _single_note(study))
+
+
+def _single_note(study: Study) -> str:
+    """The contrasts block's word on rows of one setting (``"algo=sampo"``): their values are that
+    setting's own per seed, tested against 0 (in a gain column: its gain over the start); ``""``
+    when the family has none."""
+    single = [study.contrast_name(c) for c in study.family if len(parse_contrast(c)) == 1]
+    if not single:
+        return ""
+    gain = ("; in the gain column, its gain over the start (its last validation minus iteration 0, the start policy)"
+            if "gain" in study.measures else "")
+    return f" A row of one setting ({', '.join(single)}) is that setting's own value per seed, t-tested against 0{gain}."
 
 
 def threshold_block(study: Study) -> str:
@@ -893,6 +987,44 @@ def format_block(study: Study) -> str:
     return _table(head, rows, ["---"] + ["---:"] * 4)
 
 
+def types_block(study: Study) -> str:
+    """Validation success per task type of each setting: start -> final with the t 95 % intervals over
+    the seeds and the gain (:func:`arl.report.type_cells`), then what a cell holds; a sentence when
+    the runs logged no per-type success."""
+    f = study.facts
+    types, rows = type_cells(study.runs)
+    if not types:
+        return ("No success per task type: the runs logged no `val/success_rate/<type>` (it is logged when "
+                f"the validation's {f['held_out']} are of two task types or more).")
+    body = [[study.name(name), str(n), *cells] for name, (n, cells) in rows.items()]
+    return (_table(["setting", "seeds", *types], body, ["---"] + ["---:"] * (len(types) + 1)) +
+            f"\n\nEach cell: the task type's validation success (`val/success_rate/<type>`, of the "
+            f"{f['val_episodes']} {f['held_out']} at {f['VT']}) at the start (iteration 0, the mean over the seeds) "
+            f"-> at the last validation (iteration {f['iterations']}), its mean and t 95 % interval over the seeds, "
+            f"and the gain (last minus start) with its t 95 % interval; uncorrected.")
+
+
+def games_block(study: Study) -> str:
+    """Game by game per setting, the seeds pooled: the start against the last validation on the same
+    held-out games, gained and lost, McNemar's exact p (:func:`arl.report.games_by_setting`), then
+    how to read it; a sentence when the archive holds no per-game episodes of both."""
+    f = study.facts
+    rows = games_by_setting(study.runs)
+    if not rows:
+        return ("No game-by-game test: the archive holds no per-game episodes (`val_episodes/iter<k>.jsonl`) of "
+                "the start and a later validation.")
+    noun = f["held_out"].removeprefix("held-out ")
+    head = ["setting", "seeds", noun, "won at start", "won last", "gained", "lost", "McNemar p"]
+    body = [[study.name(name), str(seeds), str(n), f"{first} ({first / n:.3f})", f"{last} ({last / n:.3f})",
+             str(gained), str(lost), fmt_p(p)] for name, (seeds, n, first, last, gained, lost, p) in rows.items()]
+    return (_table(head, body, ["---"] + ["---:"] * 7) +
+            f"\n\nThe start (iteration 0) against the last validation (iteration {f['iterations']}) on the same "
+            f"{f['held_out']} at {f['VT']}, every one of every seed a pair, the seeds pooled; gained: failed at "
+            f"the start and won last, lost: the reverse; McNemar p: exact, two-sided, on those discordant pairs, "
+            f"uncorrected. Pooled, it speaks of these {noun}, not of the spread between seeds (the gain's t interval "
+            f"does).")
+
+
 def cost_block(study: Study) -> str:
     spec = study.extra["cost"]
     filt, other = spec["filtered"], spec["other"]
@@ -973,7 +1105,7 @@ def default_job_block(spec: Spec) -> str:
 
 # --------------------------------------------------------------------------- blocks and pages
 
-MARKER = re.compile(r"<!-- ([a-z0-9-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
+MARKER = re.compile(r"<!-- ([a-z0-9_-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
 
 
 def generate(spec: Spec, name: str) -> str:
@@ -993,6 +1125,7 @@ def generate(spec: Spec, name: str) -> str:
         "contrasts": lambda: contrasts_block(study), "threshold": lambda: threshold_block(study),
         "collapses": lambda: collapses_block(study), "without-seed-1": lambda: without_seed_block(spec, study),
         "format": lambda: format_block(study), "cost": lambda: cost_block(study),
+        "types": lambda: types_block(study), "games": lambda: games_block(study),
     }
     if kind not in kinds:
         raise ValueError(f"no block kind {kind!r} (block {name!r}); kinds: {', '.join(kinds)}")

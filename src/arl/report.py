@@ -300,21 +300,30 @@ def game_pairs(before: dict[int, bool], after: dict[int, bool]) -> tuple[int, in
     return len(seeds), sum(before[s] for s in seeds), sum(after[s] for s in seeds), gained, lost
 
 
+def games_by_setting(runs: Iterable[Run]) -> dict[str, tuple[int, int, int, int, int, int, float]]:
+    """Setting -> (seeds, games, won at start, won last, gained, lost, McNemar p): :func:`paired_games`
+    summed over the setting's seeds that hold the episodes of the start and of a later validation, and
+    McNemar's exact test on the pooled discordant games. Settings without such episodes are left out."""
+    out = {}
+    for name, members in settings(r for r in runs if not r.bc_only).items():
+        pairs = [p for p in (paired_games(r) for r in members) if p is not None]
+        if pairs:
+            n, first, last, gained, lost = (sum(col) for col in zip(*pairs))
+            out[name] = (len(pairs), n, first, last, gained, lost, mcnemar_exact(gained, lost))
+    return out
+
+
 def games_table(runs: Iterable[Run]) -> str:
     """Game by game, the start (iteration 0) against the last validation (the same held-out games; val_episodes/), per
     setting summed over its seeds: games won before and after, the games RL gained and lost, and
-    McNemar's exact test on those discordant pairs. Pooling the seeds' games treats each game of
+    McNemar's exact test on those discordant pairs (:func:`games_by_setting`). Pooling the seeds' games treats each game of
     each seed as one pair, so it speaks of these games, not of the spread between seeds (the
     settings table's gain interval does). An empty string when no run has two validations' episodes."""
     lines = ["| setting | seeds | games | won at start | won last | gained | lost | McNemar p |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, members in settings(r for r in runs if not r.bc_only).items():
-        pairs = [p for p in (paired_games(r) for r in members) if p is not None]
-        if not pairs:
-            continue
-        n, first, last, gained, lost = (sum(col) for col in zip(*pairs))
-        lines.append(f"| `{name}` | {len(pairs)} | {n} | {first} ({first / n:.3f}) | {last} ({last / n:.3f}) | "
-                     f"{gained} | {lost} | {mcnemar_exact(gained, lost):.3g} |")
+    for name, (seeds, n, first, last, gained, lost, p) in games_by_setting(runs).items():
+        lines.append(f"| `{name}` | {seeds} | {n} | {first} ({first / n:.3f}) | {last} ({last / n:.3f}) | "
+                     f"{gained} | {lost} | {p:.3g} |")
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
@@ -536,15 +545,17 @@ def group_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
-def type_table(runs: Iterable[Run]) -> str:
-    """Validation success per task type of each setting (envs with several types: ALFWorld's six):
-    ``start -> final`` with the final's 95 % t interval over the seeds, and the gain per type.
-    An empty string when no run logged ``val/success_rate/<type>``."""
+def type_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, list[str]]]]:
+    """(the task types, setting -> (its seeds, a cell per type)) of the runs' validation success per
+    task type (``val/success_rate/<type>``; envs with several types, ALFWorld's six): each cell
+    ``"start -> final [t 95 %] (gain +g [t 95 %])"``, the start the seeds' mean, the final and the
+    gain (final - start) with their t intervals over the seeds; ``"-"`` where the setting's runs
+    lack the type. No types (and no settings) when no run logged one."""
     runs = [r for r in runs if not r.bc_only]
     types = sorted({t for r in runs for t in r.task_types()})
     if not types:
-        return ""
-    lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
+        return [], {}
+    out = {}
     for name, members in settings(runs).items():
         cells = []
         for t in types:
@@ -555,7 +566,19 @@ def type_table(runs: Iterable[Run]) -> str:
             start = f"{sum(starts) / len(starts):.3f} -> " if starts else ""
             gain = f" (gain {format_mean_ci(gains, signed=True)})" if gains else ""
             cells.append(f"{start}{format_mean_ci(finals)}{gain}" if finals else "-")
-        lines.append(f"| `{name}` | {len(members)} | " + " | ".join(cells) + " |")
+        out[name] = (len(members), cells)
+    return types, out
+
+
+def type_table(runs: Iterable[Run]) -> str:
+    """Validation success per task type of each setting (:func:`type_cells`): ``start -> final``
+    with the final's 95 % t interval over the seeds, and the gain per type. An empty string when
+    no run logged ``val/success_rate/<type>``."""
+    types, rows = type_cells(runs)
+    if not types:
+        return ""
+    lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
+    lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
     return "\n".join(lines)
 
 

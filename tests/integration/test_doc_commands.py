@@ -114,6 +114,10 @@ SKIPPED = (
     ("bash scripts/arena_study.sh", "run shortened by test_arena_study_runs_shortened_and_resumes"),
     ("STAGE=", "the arena script for one stage (run shortened by test_arena_study_runs_shortened_and_resumes)"),
     ("bash scripts/alfworld_study.sh", "run shortened by test_alfworld_study_runs_shortened"),
+    ("bash scripts/math_study.sh", "run shortened by test_math_study_runs_shortened_and_archives"),
+    ("bash scripts/alfworld_cpu_study.sh", "run shortened by test_alfworld_cpu_study_runs_shortened"),
+    ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
+    ("make study-", "a per-env study (its script runs shortened by its test)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
@@ -522,6 +526,61 @@ def test_alfworld_study_runs_shortened(tmp_path):
     other = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, capture_output=True, text=True,
                            env={**env, "BC_SHA256": "0" * 64}, timeout=60)  # not the start the runs came from
     assert other.returncode == 1 and f"differs from BC_SHA256={'0' * 64}" in other.stderr, other.stderr
+
+
+def test_math_study_runs_shortened_and_archives(tmp_path):
+    """``scripts/math_study.sh`` shortened: the BC start on every template without its bootstrap round, SAMPO and
+    GRPO from it on the algebra templates, the report, and the archive (runs without checkpoints, the BC
+    start's record and hash, the report) that ``ARCHIVE`` asks for."""
+    import yaml
+
+    out, archive = tmp_path / "math", tmp_path / "archive"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
+           "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1",
+           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    bc = yaml.safe_load((out / "bc" / ".hydra" / "config.yaml").read_text())
+    assert bc["env"]["kwargs"]["templates"] is None and not bc["bc"]["bootstrap"]["enabled"]
+    assert bc["bc"]["epochs"] == 1 and bc["threads"] == 1
+    rl = yaml.safe_load((out / "rl" / "grpo_seed1" / ".hydra" / "config.yaml").read_text())
+    assert rl["env"]["kwargs"]["templates"] == ["linear_equation", "linear_system"]
+    assert rl["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve()) and rl["threads"] == 1
+    runs = sorted(p.name for p in (archive / "runs").iterdir())
+    assert runs == ["grpo_seed1", "sampo_seed1"]
+    assert not (archive / "runs" / "grpo_seed1" / "checkpoints").exists()
+    assert sorted(p.name for p in (archive / "runs" / "grpo_seed1" / "val_episodes").iterdir()) == ["iter0.jsonl", "iter1.jsonl"]
+    assert (archive / "bc_start" / "bc_results.json").exists()
+    assert (archive / "bc_start" / "bc.sha256").read_text() == (out / "bc.sha256").read_text()
+    report = (archive / "report.md").read_text()
+    assert "`algo=sampo - algo=grpo` | 1 |" in report and "gain over the start" in report
+    assert "## Success per task type" in report  # algebra only: the per-type table still has its one column
+
+
+def test_alfworld_cpu_study_runs_shortened(tmp_path):
+    """``scripts/alfworld_cpu_study.sh`` shortened, on the real alfworld engine: BC and RL on the study's two task
+    types and its turn limit, the report per task type."""
+    import importlib.util
+
+    import yaml
+
+    if importlib.util.find_spec("alfworld") is None:  # not imported: importing alfworld sets $ALFWORLD_DATA
+        pytest.skip("needs the alfworld package (pip install 'arl[alfworld]')")
+    out = tmp_path / "alfworld"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1",
+           "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPISODES": "4", "BC_EPOCHS": "1",
+           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+    env.pop("ALFWORLD_DATA", None)  # generated games
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_cpu_study.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    for cfg_path in (out / "bc" / ".hydra" / "config.yaml", out / "rl" / "sampo_seed1" / ".hydra" / "config.yaml"):
+        cfg = yaml.safe_load(cfg_path.read_text())
+        assert cfg["env"]["kwargs"]["task_types"] == ["pick_and_place_simple", "look_at_obj_in_light"]
+        assert cfg["env"]["max_turns"] == cfg["env"]["kwargs"]["max_steps"]
+    report = (out / "rl" / "report" / "report.md").read_text()
+    assert "`algo=sampo - algo=grpo` | 1 |" in report
 
 
 def test_train_py_stops_a_gpu_run_and_a_missing_folder_at_start_up(tmp_path):

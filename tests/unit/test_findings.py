@@ -1,6 +1,7 @@
 """The results page's findings (arl.findings): a fixture archive of 2 methods x 3 seeds with known
-values, the numbers of its findings and threshold tables by hand, the page check, and the real
-docs/results.md against the real archives."""
+values, the numbers of its findings and threshold tables by hand, the page check, studies of other
+envs (math_tool, ALFWorld: their description, a single setting's gain, the per-type and game-by-game
+blocks), and the real docs/results.md against the real archives."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ sys.path.insert(0, str(ROOT / "src"))
 CONFIG = {
     "seed": 1,
     "model": {"name": "tiny", "init_from": "/checkout/logs/study/bc_start/bc_policy_hf"},
-    "env": {"max_turns": 10, "kwargs": {"dim_room": [6, 6], "num_boxes": 1}},
+    "env": {"name": "sokoban", "max_turns": 10, "kwargs": {"dim_room": [6, 6], "num_boxes": 1}},
     "rollout": {"temperature": 1.0, "val_temperature": 0.6, "val_top_p": 0.95, "val_top_k": 20, "val_episodes": 16,
                 "groups_per_step": 2, "group_size": 4},
     "rl": {"iterations": 2, "val_every": 2, "mini_batches": 8, "optimizer": {"lr": 0.0003}},
@@ -328,6 +329,173 @@ def test_the_page_check_names_every_number_that_differs(archive, capsys):
     page.write_text(text.replace("<!-- s1-threshold:begin -->", "").replace("<!-- s1-threshold:end -->", ""))
     assert any("no generated block 's1-threshold'" in p for p in check_pages(spec))
     assert main(["findings", str(archive / "nope.yaml")]) == 2
+
+
+# ----------------------------------------------------------------- studies of other envs
+
+MATH_ENV = {"name": "math_tool", "max_turns": 5,
+            "kwargs": {"max_turns": 5, "templates": ["linear_equation", "linear_system"], "data_path": None}}
+ALFWORLD_ENV = {"name": "alfworld", "max_turns": 20,
+                "kwargs": {"task_types": ["pick_and_place_simple", "look_at_obj_in_light"], "max_steps": 20}}
+
+# per seed 1, 2: validation success at iteration 0 and at iteration 8 (the last)
+GAIN_RUNS = {"sampo": {"start": [0.5, 0.25], "final": [0.625, 0.625]},  # gains +0.125, +0.375
+             "grpo": {"start": [0.5, 0.25], "final": [0.5, 0.375]}}  # gains 0, +0.125
+# per seed 1, 2, of the task type: (start, final)
+TYPES = {"sampo": {"pick_and_place_simple": [(0.5, 0.75), (0.25, 0.75)], "look_at_obj_in_light": [(0.0, 0.5), (0.5, 0.5)]},
+         "grpo": {"pick_and_place_simple": [(0.5, 0.5), (0.25, 0.5)], "look_at_obj_in_light": [(0.0, 0.25), (0.5, 0.0)]}}
+# SAMPO's episodes per seed: task seed -> (won at iteration 0, won at iteration 8); GRPO has none
+GAMES = {1: {100: (0, 1), 101: (0, 1), 102: (1, 1), 103: (1, 0)}, 2: {100: (0, 1), 101: (1, 1), 102: (0, 1), 103: (0, 0)}}
+
+OTHER_SPEC = """
+names: {algo=grpo: GRPO, algo=sampo: SAMPO}
+studies:
+  other_study:
+    title: "Other: a study of another env"
+    archive: other/runs
+    command: bash scripts/other_study.sh
+    family: [algo=sampo - algo=grpo, algo=sampo, algo=grpo]
+    measures: [final, gain]
+findings:
+  - id: sampo-gain
+    finding: "Ours: SAMPO improves on its start"
+    paper: "-"
+    ours: true
+    study: other_study
+    contrasts: [algo=sampo]
+    measures: [gain]
+    expect: above
+pages:
+  ../other.md: [other_study-types, other_study-games]
+"""
+
+
+def _other_study(root, env, types=False):
+    """root/results/findings.yaml and root/results/other/runs/<algo>_seed<k>: 2 settings x 2 seeds of
+    ``env`` (GAIN_RUNS; with ``types`` the per-type success of TYPES; SAMPO's episodes of GAMES)."""
+    import json
+
+    runs = root / "results" / "other" / "runs"
+    for algo, v in GAIN_RUNS.items():
+        for i, seed in enumerate((1, 2)):
+            folder = runs / f"{algo}_seed{seed}"
+            scalars = {"val/success_rate": [(0, v["start"][i]), (8, v["final"][i])],
+                       "rollout/success_rate": [(k, 0.5) for k in range(1, 9)]}
+            if types:
+                scalars.update({f"val/success_rate/{t}": [(0, s[i][0]), (8, s[i][1])] for t, s in TYPES[algo].items()})
+            write_rl_events(folder, scalars)
+            (folder / ".hydra").mkdir()
+            config = {**CONFIG, "seed": seed, "env": env, "rl": {**CONFIG["rl"], "iterations": 8, "val_every": 8}}
+            (folder / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+            (folder / ".hydra" / "overrides.yaml").write_text(f"- experiment=other\n- algo={algo}\n- seed={seed}\n")
+            if algo == "sampo":
+                (folder / "val_episodes").mkdir()
+                for step, col in ((0, 0), (8, 1)):
+                    rows = [{"seed": s, "task_type": "algebra", "won": bool(w[col])} for s, w in GAMES[seed].items()]
+                    text = "".join(json.dumps(r) + "\n" for r in rows)
+                    (folder / "val_episodes" / f"iter{step}.jsonl").write_text(text)
+    (root / "results" / "findings.yaml").write_text(OTHER_SPEC)
+    return _spec(root)
+
+
+def test_a_math_study_names_its_templates_and_held_out_problems(tmp_path):
+    from arl.findings import generate
+
+    spec = _other_study(tmp_path, MATH_ENV)
+    study = spec.study("other_study")
+    setup = generate(spec, "other_study-setup").split("\n\n")[0]
+    assert setup == ("4 runs: 2 settings (GRPO, SAMPO) x seeds 1, 2; each 8 iterations of 2 groups x 4 episodes at "
+                     "T 1.0 from the BC start `study/bc_start`, lr 0.0003, 8 mini-batches a rollout; math_tool, "
+                     "generated problems of templates linear_equation, linear_system, 5 turns; validation every 8 iterations on "
+                     "16 held-out problems at T 0.6, top-p 0.95, top-k 20.")
+    assert study.scale == ("tiny model, math_tool (generated problems of templates linear_equation, linear_system) "
+                           "with 5 turns, 8 iterations at lr 0.0003 x 8 mini-batches a rollout, 2 paired seeds")
+    assert "the same 16 held-out problems sampled at T 0.6" in generate(spec, "findings")
+    every = {**MATH_ENV, "kwargs": {**MATH_ENV["kwargs"], "templates": None}}
+    assert "math_tool, generated problems of every template, 5 turns;" in generate(
+        _other_study(tmp_path / "all", every), "other_study-setup")
+    # one task type (algebra): no per-type scalars, and the block says so
+    assert generate(spec, "other_study-types").startswith("No success per task type: the runs logged no")
+
+
+def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
+    from arl.findings import finding_row, generate
+
+    spec = _other_study(tmp_path, MATH_ENV)
+    study = spec.study("other_study")
+    c = study.contrast("algo=sampo", "gain")
+    assert c.per_seed == {"1": 0.125, "2": 0.375} and c.name == "SAMPO"
+    assert study.contrast("algo=grpo", "gain").per_seed == {"1": 0.0, "2": 0.125}
+    # t against 0: SAMPO mean 0.25, se 0.125, t 2; GRPO 0.0625 / 0.0625 = 1; SAMPO - GRPO 0.1875 / 0.0625 = 3
+    p_sampo, p_grpo, p_diff = (1 - 2 / math.pi * math.atan(t) for t in (2, 1, 3))  # Cauchy: t with 1 df
+    assert c.p == pytest.approx(p_sampo, abs=1e-12)
+    # Holm over the 3: 0.205 x 3 = 0.614, then 0.295 x 2 = 0.590 held up to 0.614, then 0.5 x 1 also
+    assert c.p_holm == pytest.approx(3 * p_diff, abs=1e-12) and c.family_size == 3
+    m, lo, hi = _t_interval([0.125, 0.375])
+    line = finding_row(spec, spec.findings[0]).lines[0]
+    assert line.ours == "gain over the start (T 0.6): SAMPO +0.250 (2/2 above 0)"
+    assert line.interval == (f"[{lo:+.3f}, {hi:+.3f}] (t 95 %, 2 seeds, uncorrected); p {p_sampo:.3f}, "
+                             f"Holm {3 * p_diff:.3f} over 3 contrasts")
+    assert line.verdict == "gain over the start: **inconclusive**"
+    block = generate(spec, "other_study-contrasts").splitlines()
+    assert block[0] == "| contrast | final success (T 0.6) | gain over the start (T 0.6) |"
+    assert block[3].startswith("| SAMPO | ") and block[3].endswith(
+        f"| {m:+.3f} [{lo:+.3f}, {hi:+.3f}] (2/2 above 0), p {p_sampo:.3f}, Holm {3 * p_diff:.3f} |")
+    assert "A row of one setting (SAMPO, GRPO) is that setting's own value per seed, t-tested against 0; in the " \
+           "gain column, its gain over the start" in block[-1]
+
+
+def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_path):
+    from arl.findings import generate
+
+    spec = _other_study(tmp_path, ALFWORLD_ENV, types=True)
+    setup = generate(spec, "other_study-setup")
+    assert ("mini-batches a rollout; ALFWorld task types pick_and_place_simple, look_at_obj_in_light, 20 turns; "
+            "validation every 8 iterations on 16 held-out games at") in setup
+    assert spec.study("other_study").scale.startswith(
+        "tiny model, ALFWorld (task types pick_and_place_simple, look_at_obj_in_light) with 20 turns, 8 iterations")
+    rows = generate(spec, "other_study-types").splitlines()
+    assert rows[0] == "| setting | seeds | look_at_obj_in_light | pick_and_place_simple |"
+    # GRPO look: starts 0, 0.5 (mean 0.25), finals 0.25, 0 (mean 0.125 +- 12.706 x 0.125), gains +0.25, -0.5
+    m, lo, hi = _t_interval([0.25, 0.0])
+    g, glo, ghi = _t_interval([0.25, -0.5])
+    assert rows[2].startswith(f"| GRPO | 2 | 0.250 -> {m:.3f} [{lo:.3f}, {hi:.3f}] "
+                              f"(gain {g:+.3f} [{glo:+.3f}, {ghi:+.3f}]) |")
+    # SAMPO pick: starts 0.5, 0.25 (mean 0.375), finals 0.75, 0.75 (no spread), gains +0.25, +0.5
+    g, glo, ghi = _t_interval([0.25, 0.5])
+    assert rows[3].endswith(f"| 0.375 -> 0.750 [0.750, 0.750] (gain {g:+.3f} [{glo:+.3f}, {ghi:+.3f}]) |")
+    assert rows[-1].startswith("Each cell: the task type's validation success (`val/success_rate/<type>`, of the 16 "
+                               "held-out games at T 0.6")
+    every = {**ALFWORLD_ENV, "kwargs": {"task_types": None}}
+    setup = generate(_other_study(tmp_path / "all", every), "other_study-setup")
+    assert "; ALFWorld, all six task types, 20 turns;" in setup
+
+
+def test_the_games_block_pools_the_seeds_by_hand(tmp_path):
+    from arl.findings import generate
+
+    rows = generate(_other_study(tmp_path, MATH_ENV), "other_study-games").splitlines()
+    assert rows[0] == "| setting | seeds | problems | won at start | won last | gained | lost | McNemar p |"
+    # seed 1: won 2 at the start, 3 last, gained 2, lost 1; seed 2: 1 and 3, gained 2, lost 0.
+    # McNemar on 4 gained against 1 lost: 2 x P(X <= 1), X ~ Bin(5, 1/2) = 2 x 6 / 32
+    assert rows[2:4] == [f"| SAMPO | 2 | 8 | 3 (0.375) | 6 (0.750) | 4 | 1 | {2 * 6 / 32:.3f} |", ""]  # GRPO: none
+    assert rows[4].startswith("The start (iteration 0) against the last validation (iteration 8) on the same held-out "
+                              "problems at T 0.6")
+
+
+def test_a_study_key_with_an_underscore_has_its_blocks_written_and_checked(tmp_path):
+    """``math_study-games``: the page markers take the study keys of the spec, underscores and all."""
+    from arl.findings import check_pages, write_pages
+
+    spec = _other_study(tmp_path, MATH_ENV)
+    page = tmp_path / "other.md"
+    page.write_text("".join(f"<!-- other_study-{k}:begin -->\n<!-- other_study-{k}:end -->\n"
+                            for k in ("types", "games")))
+    problems = check_pages(spec)  # the empty blocks: every line missing
+    assert problems and all("[other_study-types]" in p or "[other_study-games]" in p for p in problems)
+    assert any("[other_study-games]" in p and "| SAMPO | 2 | 8 |" in p for p in problems)
+    write_pages(spec)
+    assert check_pages(spec) == [] and "| SAMPO | 2 | 8 | 3 (0.375) |" in page.read_text()
 
 
 @pytest.mark.timeout(120)
