@@ -47,6 +47,7 @@ from arl.report import (
     games_by_setting,
     kl_tag,
     read_config,
+    read_overrides,
     seed_of,
     settings,
     type_cells,
@@ -569,7 +570,10 @@ def archive_note(study: Study) -> str:
 
 def _shared_names(study: Study) -> list[tuple[str, str]]:
     """(folder name, other archive) for this archive's run folders whose names another archive of
-    the spec also uses, for a run with another start (``model.init_from``)."""
+    the spec also uses, for a run of the same overrides with another start (``model.init_from``):
+    neither the name nor the label (path-like keys are no part of either) tells the two apart. A
+    name shared with a run of other overrides is not named: a run folder's name says only what
+    varies within its archive (``<algo>_seed<k>``, scripts/rename_runs.py)."""
     out = []
     mine = {r.name: r for r in study.runs}
     for other in study.peers:
@@ -577,6 +581,8 @@ def _shared_names(study: Study) -> list[tuple[str, str]]:
             continue
         theirs = {p.name for p in other.archive.iterdir() if p.is_dir()}
         for name in sorted(set(mine) & theirs):
+            if read_overrides(study.archive / name) != read_overrides(other.archive / name):
+                continue
             a = (study.config(mine[name]).get("model") or {}).get("init_from")
             b = (read_config(other.archive / name).get("model") or {}).get("init_from")
             if a != b and other.key < study.key:  # named on the later archive

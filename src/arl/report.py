@@ -170,6 +170,18 @@ def parse_overrides(name: str) -> dict[str, str]:
     return out
 
 
+def read_overrides(run_dir: Path) -> dict[str, str]:
+    """The run's overrides as Hydra wrote them (``.hydra/overrides.yaml``), parsed by
+    :func:`parse_overrides` (path-like keys dropped); ``{}`` when there are none."""
+    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    if not path.exists():
+        return {}
+    import yaml
+
+    items = yaml.safe_load(path.read_text()) or []
+    return parse_overrides(",".join(str(i) for i in items))
+
+
 def event_files(root: Path) -> list[Path]:
     """The TensorBoard event files under ``root`` in the order they were written: by the creation
     time TensorBoard puts in their names (``events.out.tfevents.<unix time>.<host>...``), which a
@@ -230,15 +242,8 @@ def find_runs(multirun: Path) -> list[Run]:
     for sub in sorted(p for p in multirun.iterdir() if p.is_dir()):
         if not (sub / "tensorboard").exists():
             continue
-        overrides = parse_overrides(sub.name)
-        hydra_overrides = sub / ".hydra" / "overrides.yaml"
-        if hydra_overrides.exists():  # the exact overrides, when Hydra wrote them
-            import yaml
-
-            items = yaml.safe_load(hydra_overrides.read_text()) or []
-            parsed = parse_overrides(",".join(str(i) for i in items))
-            if parsed:
-                overrides = parsed
+        # the exact overrides, when Hydra wrote them; else those the folder name gives
+        overrides = read_overrides(sub) or parse_overrides(sub.name)
         bc_only = (sub / "bc_results.json").exists() and not (sub / "tensorboard" / "rl").exists()
         scalars = bc_scalars(sub / "bc_results.json") if bc_only else read_scalars(sub)
         runs.append(Run(sub.name, overrides, scalars, bc_only=bc_only, val_episodes=_val_episodes(sub),

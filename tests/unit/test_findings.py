@@ -276,6 +276,32 @@ def test_a_record_rewritten_by_a_reload_is_named(archive):
     assert "the record of GRPO seed 3 was rewritten by a reload of the already finished run" in row
 
 
+def test_a_folder_name_reused_by_another_archive_is_named_only_for_a_run_of_the_same_overrides(archive):
+    """Short run folder names (``<algo>_seed<k>``) repeat across archives by design; the archives block
+    names a reused one only where the other archive's run has the same overrides and another start:
+    there neither the name nor the label tells the two apart."""
+    import shutil
+
+    from arl.findings import generate, load_spec
+
+    results = archive / "results"
+    shutil.copytree(results / "s1" / "runs", results / "s2" / "runs")
+    for run in (results / "s2" / "runs").iterdir():
+        config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+        config["model"]["init_from"] = "/checkout/logs/study/bc_start_weak/bc_policy_hf"
+        (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump(config))
+        if run.name.startswith("algo=cispo"):  # another setting under the same name
+            with (run / ".hydra" / "overrides.yaml").open("a") as f:
+                f.write("- rl.iterations=2\n")
+    spec_text = SPEC.replace("findings:\n", "  s2:\n    title: \"Stage 2: fixture\"\n    archive: s2/runs\n"
+                             "    command: STAGE=2 bash scripts/arena_study.sh\nfindings:\n", 1)
+    (results / "findings.yaml").write_text(spec_text)
+    rows = generate(load_spec(results / "findings.yaml"), "archives").splitlines()[2:]
+    s1, s2 = (next(r for r in rows if r.startswith(f"| [`{k}`]")) for k in ("s1", "s2"))
+    assert "reuse the names" not in s1
+    assert "3 run folders reuse the names of `s1`'s runs for runs from another start (`model.init_from`)" in s2
+
+
 def test_a_repeated_step_takes_the_value_of_the_file_written_last_whatever_the_mtimes(tmp_path):
     """A resumed run logs into a new event file; after a copy or a checkout the files' mtimes no
     longer say which came last, the creation time in their names does (arl.report.event_files)."""
