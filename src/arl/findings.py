@@ -138,6 +138,9 @@ class Measure:
     short: str  # the cell's name, with {T} (training) or {VT} (validation) filled from the configs
     value: Callable[[Run], float | None]
     describe: str  # the full definition, with the config fields of :meth:`Study.facts`
+    # whether one setting's own value means something against 0 (a gain does; a success rate does not),
+    # so that a contrast of one setting ("algo=sampo") belongs to this measure's family
+    against_zero: bool = False
 
 
 def _window_mean(tag: str, first: int, last: int) -> Callable[[Run], float | None]:
@@ -154,7 +157,7 @@ MEASURE_KINDS: dict[str, Measure] = {
                      "{held_out} sampled at {VT}"),
     "gain": Measure("gain over the start (T {val_T})", MEASURES["gain over the start"],
                     "gain over the start: `val/success_rate` at iteration {iterations} minus at iteration 0 (the "
-                    "start policy), the same {val_episodes} {held_out} sampled at {VT}"),
+                    "start policy), the same {val_episodes} {held_out} sampled at {VT}", against_zero=True),
     "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
                         "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
                         "rounds included) at {T}, mean over the {iterations} iterations"),
@@ -278,9 +281,14 @@ class Study:
     def _values(self) -> dict:
         return {}
 
+    def family_for(self, measure: str) -> list[str]:
+        """The planned contrasts that apply to ``measure``: all of them, except that a contrast of one
+        setting belongs only to a measure whose value means something against 0 (a gain)."""
+        return [c for c in self.family if len(parse_contrast(c)) > 1 or MEASURE_KINDS[measure].against_zero]
+
     def contrast(self, spec: str, measure: str, seeds: set[str] | None = None) -> "Contrast":
         per_seed = contrast_values(parse_contrast(spec), self.by_setting(measure, seeds))
-        family = list(dict.fromkeys([*self.family, spec]))
+        family = list(dict.fromkeys([*self.family_for(measure), spec]))
         ps = [paired_p(list(contrast_values(parse_contrast(c), self.by_setting(measure, seeds)).values()))
               for c in family]
         return Contrast(self, spec, measure, per_seed, holm(ps)[family.index(spec)], len(family))
@@ -851,18 +859,24 @@ def settings_table(study: Study) -> str:
 
 
 def contrasts_block(study: Study, seeds: set[str] | None = None) -> str:
-    """The study's planned contrasts on each of its measures (over ``seeds``; all when None)."""
+    """The study's planned contrasts on each of its measures (over ``seeds``; all when None); a cell
+    whose contrast is not in that measure's family (:meth:`Study.family_for`) shows ``-``."""
     head = ["contrast", *(MEASURE_KINDS[m].short.format(**study.facts) for m in study.measures)]
     rows = []
     for spec_ in study.family:
         cells = [study.contrast_name(spec_)]
         for m in study.measures:
+            if spec_ not in study.family_for(m):
+                cells.append("-")
+                continue
             c = study.contrast(spec_, m, seeds)
             bold = "**" if c.p_holm < 0.05 else ""
             cells.append(f"{bold}{c.text()}{bold}, p {fmt_p(c.p)}, Holm {fmt_p(c.p_holm)}")
         rows.append(cells)
-    n = len(study.contrast(study.family[0], study.measures[0], seeds).values)
-    family = plural(len(study.family), "contrast")
+    n = len(study.contrast(study.family_for(study.measures[0])[0], study.measures[0], seeds).values)
+    sizes = {len(study.family_for(m)) for m in study.measures}
+    family = (plural(len(study.family), "contrast") if sizes == {len(study.family)} else "contrasts ("
+              + ", ".join(str(len(study.family_for(m))) for m in study.measures) + " in the columns' order)")
     return (_table(head, rows, ["---"] + ["---:"] * len(study.measures)) +
             f"\n\nEach cell: the mean of the per-seed differences, its t 95 % interval over the {n} paired seeds "
             f"(uncorrected) and how many seeds came out above 0; p: paired t-test, two-sided; Holm: p adjusted "
@@ -876,9 +890,8 @@ def _single_note(study: Study) -> str:
     single = [study.contrast_name(c) for c in study.family if len(parse_contrast(c)) == 1]
     if not single:
         return ""
-    gain = ("; in the gain column, its gain over the start (its last validation minus iteration 0, the start policy)"
-            if "gain" in study.measures else "")
-    return f" A row of one setting ({', '.join(single)}) is that setting's own value per seed, t-tested against 0{gain}."
+    return (f" A row of one setting ({', '.join(single)}) is that setting's gain over the start per seed (its last "
+            f"validation minus iteration 0, the start policy), t-tested against 0; it has no cell in the other columns.")
 
 
 def threshold_block(study: Study) -> str:

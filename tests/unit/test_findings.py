@@ -467,8 +467,11 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
     assert block[0] == "| contrast | final success (T 0.6) | gain over the start (T 0.6) |"
     assert block[3].startswith("| SAMPO | ") and block[3].endswith(
         f"| {m:+.3f} [{lo:+.3f}, {hi:+.3f}] (2/2 above 0), p {p_sampo:.3f}, Holm {3 * p_diff:.3f} |")
-    assert "A row of one setting (SAMPO, GRPO) is that setting's own value per seed, t-tested against 0; in the " \
-           "gain column, its gain over the start" in block[-1]
+    assert block[3].startswith("| SAMPO | - | ")  # a success rate against 0 means nothing: no cell
+    assert "Holm: p adjusted over the contrasts (1, 3 in the columns' order) of the column" in block[-1]
+    assert "A row of one setting (SAMPO, GRPO) is that setting's gain over the start per seed" in block[-1]
+    final = study.contrast("algo=sampo - algo=grpo", "final")
+    assert final.family_size == 1  # the final-success family holds the one difference of two settings
 
 
 def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_path):
