@@ -73,7 +73,7 @@ mutation: install ## mutation testing of the update path (scripts/mutation.py): 
 study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 seeds, then the report (~2 h)
 	bash scripts/sokoban_study.sh
 
-study-math: install ## issue 42's math study (scripts/math_study.sh): BC start, SAMPO and GRPO on 6 paired seeds, report (~1.5 h; resumable)
+study-math: install ## issue 42's math study (scripts/math_study.sh): BC start, SAMPO and GRPO on 5 paired seeds, report (~1.7 h; resumable)
 	bash scripts/math_study.sh
 
 study-alfworld: install ## issue 42's ALFWorld study at this machine's size (scripts/alfworld_cpu_study.sh): BC start, SAMPO and GRPO on 3 paired seeds, report (~2.5 h; resumable)

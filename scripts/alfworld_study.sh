@@ -11,20 +11,9 @@
 # resumes an interrupted study (run folders <algo>_seed<k>). A run is about 30 iterations x 5-6 min on one core (docs/results.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-OUT=${OUT:-logs/alfworld_study}
-SEEDS=${SEEDS:-1,2,3}
-METHODS=${METHODS:-sampo,grpo}
-ITERS=${ITERS:-30}
-VAL_EVERY=${VAL_EVERY:-15}
-VAL_EPISODES=${VAL_EPISODES:-128}   # 128 distinct held-out games (valid_seen's generated pool is 140)
-N_JOBS=${N_JOBS:-1}
-BC_THREADS=${BC_THREADS:-1}          # the BC start's torch threads (2 alone on both cores: 1.1 s a step, not 1.7)
-RL_THREADS=${RL_THREADS:-auto}
-EXTRA=${EXTRA:-}   # overrides for every run; hydra.launcher.* ones reach the RL multirun only
-BC_EXPERIMENT=bc_alfworld
-RL_EXPERIMENT=alfworld
-SETUP="debug=cpu_small"
-BC_ARGS=""
+: "${OUT:=logs/alfworld_study}" "${SEEDS:=1,2,3}" "${ITERS:=30}" "${VAL_EVERY:=15}"
+: "${VAL_EPISODES:=128}"   # 128 distinct held-out games (valid_seen's generated pool is 140)
+: "${N_JOBS:=1}" "${RL_THREADS:=auto}"   # the BC start at one thread (BC_THREADS; 2 alone on both cores: 1.1 s a step, not 1.7)
+BC_EXPERIMENT=bc_alfworld RL_EXPERIMENT=alfworld
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

@@ -7,27 +7,14 @@
 #   bash scripts/math_study.sh                                     # BC, RL, report (resumes when run again)
 #   ARCHIVE=docs/results/math_study bash scripts/math_study.sh     # ... and copy the finished runs there
 #   BC=<bc run>/bc_policy_hf bash scripts/math_study.sh            # RL from an earlier BC policy
-# Two RL runs at a time (N_JOBS), one torch thread each. EXTRA: overrides for every run.
+# Two RL runs at a time (N_JOBS), one torch thread each; the other variables: scripts/study_lib.sh's rl_study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-OUT=${OUT:-logs/math_study}
-SEEDS=${SEEDS:-1,2,3,4,5,6}
-METHODS=${METHODS:-sampo,grpo}
-ITERS=${ITERS:-30}
-VAL_EVERY=${VAL_EVERY:-15}
-VAL_EPISODES=${VAL_EPISODES:-512}
-N_JOBS=${N_JOBS:-2}
-BC_THREADS=${BC_THREADS:-1}
-RL_THREADS=${RL_THREADS:-1}
-BC_EPOCHS=${BC_EPOCHS:-4}
-BC_EXPERIMENT=bc_math_tool
-RL_EXPERIMENT=math_tool
-SETUP="debug=cpu_small"
-BC_ARGS="bc.epochs=$BC_EPOCHS bc.bootstrap.enabled=false"
+: "${OUT:=logs/math_study}" "${SEEDS:=1,2,3,4,5}" "${ITERS:=30}" "${VAL_EVERY:=15}" "${VAL_EPISODES:=512}"
+BC_EXPERIMENT=bc_math_tool RL_EXPERIMENT=math_tool
+BC_ARGS="bc.epochs=${BC_EPOCHS:-4} bc.bootstrap.enabled=false"
 # RL and validation on the env's algebra templates: the start solves 0.69 of them at T 0.6 (0.94 of
 # the arithmetic ones), where the default problems leave little headroom (docs/results.md)
 RL_ARGS="env.kwargs.templates=[linear_equation,linear_system]"
-EXTRA=${EXTRA:-}
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

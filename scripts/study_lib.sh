@@ -22,11 +22,14 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # a BC start built once in $OUT/bc (unless $BC names one), its sha256 in $OUT/bc.sha256 (checked against
   # $BC_SHA256 when set), then METHODS on SEEDS paired seeds from it as one Hydra multirun in $OUT/rl
   # (ckpt_path=resume: the same command resumes an interrupted study; run folders <algo>_seed<k>), then
-  # the report with the METHODS' first-minus-second contrast, and, when ARCHIVE is set, the finished runs
-  # and the report copied there (scripts/archive_runs.sh). Reads: PY OUT SEEDS METHODS ITERS VAL_EVERY
-  # VAL_EPISODES N_JOBS BC_THREADS RL_THREADS BC_EXPERIMENT RL_EXPERIMENT SETUP (overrides of the study's
-  # scale, for both stages) BC_ARGS and RL_ARGS (each stage's own) EXTRA (the caller's, for every run; hydra.launcher.*
-  # ones reach the RL multirun only) BC BC_SHA256 ARCHIVE.
+  # the report (the first two METHODS' difference, and each one's gain over the start per seed), and, when
+  # ARCHIVE is set, the finished runs, the BC start's record and the report copied there
+  # (scripts/archive_runs.sh). Reads OUT SEEDS ITERS VAL_EVERY VAL_EPISODES BC_EXPERIMENT RL_EXPERIMENT, and
+  # with defaults: PY (.venv/bin/python) METHODS (sampo,grpo) N_JOBS (2) BC_THREADS (1) RL_THREADS (1)
+  # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
+  # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) BC BC_SHA256 ARCHIVE.
+  : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
+  : "${SETUP:=debug=cpu_small}" "${BC_ARGS:=}" "${RL_ARGS:=}" "${EXTRA:=}"
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
   if [ -z "${BC:-}" ]; then  # the study's own BC start, once
@@ -56,7 +59,9 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     'hydra.sweep.subdir=${algo.name}_seed${seed}' ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
     { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
   local first=${METHODS%%,*} rest=${METHODS#*,}
-  "$PY" src/report.py "$OUT/rl" --contrast "algo=$first - algo=${rest%%,*}"
+  # the difference of the first two methods, then each one's own value per seed (its gain over the start)
+  local contrasts=(--contrast "algo=$first - algo=${rest%%,*}" --contrast "algo=$first" --contrast "algo=${rest%%,*}")
+  "$PY" src/report.py "$OUT/rl" "${contrasts[@]}"
   if [ -n "${ARCHIVE:-}" ]; then
     bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"
     if [ -d "$OUT/bc/.hydra" ]; then  # the study's own start: its config, results record and hash
@@ -64,7 +69,7 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
       cp -a "$OUT/bc/.hydra" "$OUT/bc/bc_results.json" "$ARCHIVE/bc_start/"
       cp "$OUT/bc.sha256" "$ARCHIVE/bc_start/"
     fi
-    "$PY" src/report.py "$ARCHIVE/runs" --out "$ARCHIVE" --contrast "algo=$first - algo=${rest%%,*}" > /dev/null
+    "$PY" src/report.py "$ARCHIVE/runs" --out "$ARCHIVE" "${contrasts[@]}" > /dev/null
     echo "study: archived in $ARCHIVE (runs/, report.md, plots)"
   fi
 }

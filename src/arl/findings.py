@@ -245,7 +245,7 @@ class Study:
         """What the runs' configs say: temperatures, sizes, the regime (every run the same, or each
         value), and the env's description (:data:`ENV_KINDS`: ``task``, ``task_scale``, ``held_out``)."""
         g = self._shared
-        vt = f"T {g('rollout.val_temperature')}, top-p {g('rollout.val_top_p')}, top-k {g('rollout.val_top_k')}"
+        vt = f"T {g('rollout.val_temperature')}, top-p {g('rollout.val_top_p')}, top-k {_top_k(g('rollout.val_top_k'))}"
         seeds = sorted({seed_of(r) for r in self.runs}, key=_seed_key)
         return {
             "T": f"T {g('rollout.temperature')}", "VT": vt, "val_T": g("rollout.val_temperature"),
@@ -370,6 +370,11 @@ def _any_env(study: Study) -> dict[str, str]:
 ENV_KINDS: dict[str, Callable[[Study], dict[str, str]]] = {
     "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld,
 }
+
+
+def _top_k(value: str) -> str:
+    """A config's top-k as the page says it: ``off`` for 0 or -1 (no top-k cut), else the number."""
+    return "off" if value in ("0", "-1") else value
 
 
 def _start_name(init_from: str) -> str:
