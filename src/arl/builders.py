@@ -22,6 +22,7 @@ from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HFEngine
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
+from arl.utils.placement import trainer_processes
 
 
 def load_model(model_cfg: dict[str, Any], trainer_cfg: dict[str, Any] | None = None):
@@ -142,12 +143,7 @@ def build_strategy(trainer_cfg: dict[str, Any], model=None):
         return instantiate(strategy, **strategy_kwargs(strategy, sharding, model))
     if name == "ModelParallelStrategy":
         if strategy.get("data_parallel_size") in (None, "auto"):
-            devices = trainer_cfg.get("devices", 1)
-            if devices in (-1, "auto"):
-                import torch
-
-                devices = max(torch.cuda.device_count(), 1)
-            strategy["data_parallel_size"] = int(devices) * int(trainer_cfg.get("num_nodes", 1))
+            strategy["data_parallel_size"] = trainer_processes(trainer_cfg)
         strategy.setdefault("tensor_parallel_size", 1)
         if strategy.get("tensor_parallel_size") in (None, "auto"):
             strategy["tensor_parallel_size"] = 1

@@ -246,32 +246,20 @@ def _check_vllm(c: dict[str, Any]) -> None:
         )
 
 
-def _trainer_processes(trainer: Mapping[str, Any]) -> int:
-    """How many processes the trainer config asks for (devices x nodes; -1/auto: every visible GPU)."""
-    devices = trainer.get("devices", 1)
-    if devices in (-1, "auto", "-1"):
-        import torch
-
-        devices = torch.cuda.device_count() if str(trainer.get("accelerator")) in ("gpu", "cuda") else 1
-    elif isinstance(devices, (list, tuple)):
-        devices = len(devices)
-    return max(int(devices), 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
-
-
 def _check_launch(c: dict[str, Any]) -> None:
     """Where this process runs (:func:`arl.utils.placement.resolve_placement`: an srun or torchrun
     launch that does not say it is refused here), and one combination Lightning's own spawner
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
     processes started as ``python src/train.py``: rank 0 would build it before the other ranks
     exist. torchrun and srun start every rank first, and the engine then starts the process group."""
-    from arl.utils.placement import PlacementError, resolve_placement
+    from arl.utils.placement import PlacementError, resolve_placement, trainer_processes
 
     try:
         placement = resolve_placement()
     except PlacementError as err:
         raise ConfigError(f"placement: {err}") from None
     bc = c.get("bc") or {}
-    processes = _trainer_processes(c.get("trainer") or {})
+    processes = trainer_processes(c.get("trainer") or {})
     early_engine = bc.get("enabled") and bc.get("val_untrained") and not (c.get("model") or {}).get("init_from")
     if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
         raise ConfigError(

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 LAUNCHERS = ("torchrun", "lightning", "srun", "single")
 
@@ -120,6 +120,19 @@ def _visible_gpus(env: Mapping[str, str], cuda_count: int | None) -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def trainer_processes(trainer: Mapping, cuda_count: int | None = None) -> int:
+    """How many processes a ``trainer`` config starts: devices x nodes, where ``devices`` -1 / ``auto``
+    means every visible GPU for a GPU accelerator and one process otherwise, and a list of devices
+    counts its entries. ``cuda_count`` stands for ``torch.cuda.device_count()`` (tests)."""
+    devices = trainer.get("devices", 1)
+    if devices in (-1, "auto", "-1"):
+        gpu = str(trainer.get("accelerator")) in ("gpu", "cuda")
+        devices = (_visible_gpus({}, cuda_count) if gpu else 1)
+    elif isinstance(devices, Sequence) and not isinstance(devices, str):  # a list (or ListConfig) of indices
+        devices = len(devices)
+    return max(int(devices), 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
 
 
 def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | None = None,

@@ -82,3 +82,15 @@ def test_plan_and_train_refuse_a_launch_that_does_not_say_where_it_runs(tmp_path
                            f"paths.log_dir={tmp_path}"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "placement: WORLD_SIZE=4 but neither LOCAL_RANK" in proc.stderr
+
+
+def test_trainer_processes_counts_devices_and_nodes_by_hand():
+    from arl.utils.placement import trainer_processes
+
+    assert trainer_processes({"devices": 2, "num_nodes": 3}) == 6
+    assert trainer_processes({"devices": [0, 2], "accelerator": "gpu"}) == 2  # a list of device indices
+    assert trainer_processes({"devices": -1, "accelerator": "gpu"}, cuda_count=8) == 8  # every visible GPU
+    assert trainer_processes({"devices": "auto", "accelerator": "gpu", "num_nodes": 2}, cuda_count=4) == 8
+    assert trainer_processes({"devices": "auto", "accelerator": "cpu"}, cuda_count=8) == 1  # one CPU process
+    assert trainer_processes({"devices": -1, "accelerator": "gpu"}, cuda_count=0) == 1
+    assert trainer_processes({}) == 1
