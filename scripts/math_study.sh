@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 BC_EXPERIMENT=bc_math_tool RL_EXPERIMENT=math_tool
 BC_ARGS="bc.epochs=${BC_EPOCHS:-4} bc.bootstrap.enabled=false"
 # RL and validation on the env's algebra templates: the start solves 0.69 of them at T 0.6 (0.94 of
-# the arithmetic ones), where the default problems leave little headroom (docs/results.md)
+# the arithmetic ones), where the default problems leave little headroom (docs/results/math_study/README.md)
 RL_ARGS="env.kwargs.templates=[linear_equation,linear_system]"
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

@@ -56,7 +56,10 @@ class DocCommand:
 
 
 def doc_commands() -> list[DocCommand]:
+    """Every command of the docs, once: a command two pages show (a study page repeats its
+    command from results.md) is checked at its first place."""
     out = []
+    seen: set[str] = set()
     for path in DOCS:
         lines = path.read_text().splitlines()
         in_block = False
@@ -78,7 +81,8 @@ def doc_commands() -> list[DocCommand]:
                 continue
             raw = _drop_comment(pending + stripped)  # the quoting stays as written, for shlex later
             pending = ""
-            if raw:
+            if raw and raw not in seen:
+                seen.add(raw)
                 out.append(DocCommand(f"{path.relative_to(ROOT)}:{start}", raw))
     return out
 

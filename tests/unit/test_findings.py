@@ -541,5 +541,5 @@ def test_the_real_results_page_says_what_the_archives_give():
     assert rows["1.0"].endswith("| 0.029 | 0.029 | 0.002 |")
     assert "Fisher p 0.100, 0.100 per method" in generate(spec, "stage1-without-seed-1")
     results = (ROOT / "docs" / "results.md").read_text().splitlines()
-    assert len(results) <= 640  # a results page, not a notebook: findings, then one section per study
+    assert len(results) <= 510  # a results page, not a notebook: findings, then one section per study
     assert any(line.startswith("<!-- findings:begin -->") for line in results[:60])
