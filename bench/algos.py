@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 try:
-    from arl.algos import advantages, aggregation, filters, objective, policy_losses
+    from arl.algos import advantages, aggregation, filters, objective, policy_losses, schema
 except ModuleNotFoundError:  # run from a checkout without `pip install -e .`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from arl.algos import advantages, aggregation, filters, objective, policy_losses
+    from arl.algos import advantages, aggregation, filters, objective, policy_losses, schema
 
 GIGPO_BUDGET_MS = 50.0
 
@@ -88,7 +88,7 @@ def turn_batch(num_samples: int, group_size: int = 8, mean_turns: int = 10, seed
 
 def bench_losses(batch: int, length: int, repeats: int) -> list[tuple[str, str, float, float | None]]:
     data = loss_batch(batch, length)
-    cfg = policy_losses.PolicyLossConfig()
+    cfg = schema.LossConfig()
     rows: list[tuple[str, str, float, float | None]] = []
     for name in policy_losses.REGISTRY.names():
         fn = policy_losses.get(name)
@@ -102,20 +102,17 @@ def bench_losses(batch: int, length: int, repeats: int) -> list[tuple[str, str, 
                 response_mask=data["response_mask"],
                 cfg=cfg,
             )
-            return aggregation.agg_loss(loss_mat, data["response_mask"], "token-mean")
+            return aggregation.agg_loss(loss_mat, data["response_mask"], "token-mean", horizon=None)
 
         with torch.no_grad():
             fwd = time_ms(lambda: forward(False), repeats)
         both = time_ms(lambda: forward(True).backward(), repeats)
         rows.append((f"loss/{name}", f"B={batch} T={length}", fwd, both))
 
-    sampo = objective.ObjectiveConfig(
-        loss_name="gspo",
-        loss=policy_losses.PolicyLossConfig(clip_ratio_low=3e-3, clip_ratio_high=4e-3),
-        kl_coef=0.01,
-        entropy_coeff=0.001,
-        seq_mask_delta=3e-3,
-    )
+    sampo = schema.replace(
+        schema.AlgoConfig(),
+        **{"loss.name": "gspo", "loss.clip_ratio_low": 3e-3, "loss.clip_ratio_high": 4e-3, "seq_mask.enabled": True},
+    )  # the schema's KL (0.01) and entropy (0.001)
 
     def actor(requires_grad: bool) -> torch.Tensor:
         log_prob = data["log_prob"].clone().requires_grad_(requires_grad)
@@ -143,7 +140,8 @@ def bench_advantages(num_samples: int, repeats: int) -> list[tuple[str, str, flo
     rows: list[tuple[str, str, float, float | None]] = []
     for name in advantages.ESTIMATORS.names():
         fn = advantages.get(name)
-        rows.append((f"advantage/{name}", f"N={n}", time_ms(lambda fn=fn: fn(**data), repeats), None))
+        settings = advantages.estimator_kwargs(schema.AdvantageConfig(name=name))
+        rows.append((f"advantage/{name}", f"N={n}", time_ms(lambda fn=fn, kw=settings: fn(**data, **kw), repeats), None))
     rows.append(
         (
             "step_returns",
@@ -163,7 +161,7 @@ def bench_advantages(num_samples: int, repeats: int) -> list[tuple[str, str, flo
         (
             "filter/dapo",
             f"E={episodes.numel()}",
-            time_ms(lambda: filters.get("dapo")(returns=returns, group_ids=episode_group), repeats),
+            time_ms(lambda: filters.get("dapo")(returns=returns, group_ids=episode_group, atol=0.0), repeats),
             None,
         )
     )

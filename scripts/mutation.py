@@ -153,14 +153,14 @@ MUTANTS: list[Mutant] = [
       "return (torch.exp(x) - x - 1.0).clamp(-K3_CLAMP, K3_CLAMP)", "return (torch.exp(x) - x).clamp(-K3_CLAMP, K3_CLAMP)",
       "k3 without its -1 (a constant: changes only the logged value)", tuple(ALGOS_TESTS)),
     M("kl_coef_sign", "algos/objective.py",
-      "loss = loss + cfg.kl_coef * kl_loss", "loss = loss - cfg.kl_coef * kl_loss",
+      "loss = loss + cfg.kl.coef * kl_loss", "loss = loss - cfg.kl.coef * kl_loss",
       "the KL term rewards moving away", tuple(ALGOS_TESTS)),
     M("entropy_sign", "algos/objective.py",
       "loss = loss - cfg.entropy_coeff * entropy_value", "loss = loss + cfg.entropy_coeff * entropy_value",
       "the entropy bonus becomes a penalty", tuple(ALGOS_TESTS)),
     M("seqmask_on_kl", "algos/objective.py",
-      "kl_loss = aggregate(kl.kl_penalty(log_prob, ref_log_prob, cfg.kl_estimator), mask)",
-      "kl_loss = aggregate(kl.kl_penalty(log_prob, ref_log_prob, cfg.kl_estimator), pg_mask)",
+      "kl_loss = aggregate(kl.kl_penalty(log_prob, ref_log_prob, cfg.kl.estimator), mask)",
+      "kl_loss = aggregate(kl.kl_penalty(log_prob, ref_log_prob, cfg.kl.estimator), pg_mask)",
       "sequence masking also drops the KL term", tuple(ALGOS_TESTS)),
     # ---------------------------------------------------------------- filters
     M("dapo_keeps_constant", "algos/filters.py",
@@ -244,6 +244,8 @@ def copy_tree(dest: Path) -> Path:
     for name in ("src", "tests", "configs"):
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy2(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    (dest / "docs").mkdir()
+    shutil.copy2(ROOT / "docs" / "algorithms.md", dest / "docs" / "algorithms.md")  # the algo key table, checked
     return dest
 
 

@@ -16,6 +16,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.loop import AgentLoop
+from arl.algos import filters, schema
+from arl.algos.schema import algo_config
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
@@ -213,9 +215,9 @@ def reuse_rollout_log_probs(c: dict[str, Any]) -> bool:
 def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
     """The RL LightningModule; the frozen reference exists only when ``algo.kl.coef > 0``."""
     c = container(cfg)
-    algo, rl = c["algo"], c["rl"]
-    reference = copy.deepcopy(model) if float(algo["kl"]["coef"]) > 0 else None
-    algo = {**algo, "loss": {**algo["loss"], "horizon": loss_horizon(c)}}
+    rl = c["rl"]
+    algo = schema.replace(algo_config(c["algo"]), **{"loss.horizon": loss_horizon(c)})
+    reference = copy.deepcopy(model) if algo.kl.coef > 0 else None
     return AgenticRLModule(
         model,
         reference,
@@ -235,8 +237,10 @@ def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
 
 
 def build_rollout_datamodule(c: dict[str, Any], loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
-    """The online DataModule of the RL stage: rollout budgets, the filter schedule, validation."""
-    algo, rl, r = c["algo"], c["rl"], c["rollout"]
+    """The online DataModule of the RL stage: rollout budgets, the filter (its settings bound) and
+    its re-rollout schedule, validation."""
+    rl, r = c["rl"], c["rollout"]
+    dynamic = module.algo.filter
     return RolloutDataModule(
         loop,
         iterations=int(rl["iterations"]),
@@ -247,9 +251,9 @@ def build_rollout_datamodule(c: dict[str, Any], loop: AgentLoop, module: Agentic
         val_episodes=int(r["val_episodes"]),
         val_batch_size=int(r["val_batch_size"]),
         seed=int(c["seed"]),
-        max_rollout_rounds=int(algo["filter"]["max_rollout_rounds"]),
-        group_filter=None if algo["filter"]["name"] == "none" else module.group_filter,
-        filter_cold_start=int(algo["filter"].get("cold_start", 0)),
-        fill_last_round=bool(algo["filter"].get("fill_last_round", True)),
+        group_filter=filters.group_filter(dynamic),
+        max_rollout_rounds=dynamic.max_rollout_rounds,
+        filter_cold_start=dynamic.cold_start,
+        fill_last_round=dynamic.fill_last_round,
         pad_id=int(module.pad_id or 0),
     )

@@ -11,7 +11,8 @@ Submodules:
 - :mod:`~arl.algos.filters`: none, dapo, stage_aware group filters;
 - :mod:`~arl.algos.diagnostics`: IS-ratio and KL-attribution statistics;
 - :mod:`~arl.algos.objective`: ``actor_loss`` composing the above;
-- :mod:`~arl.algos.config`: ``validate_algo_config`` and builders from the ``algo`` config.
+- :mod:`~arl.algos.schema`: the ``algo`` config group defined once (typed :class:`AlgoConfig`,
+  defaults, checks); ``validate_algo_config`` and ``algo_config``.
 
 Nothing here imports Lightning, transformers or another ``arl`` subpackage.
 """
@@ -19,38 +20,29 @@ Nothing here imports Lightning, transformers or another ``arl`` subpackage.
 from arl.algos import (
     advantages,
     aggregation,
-    config,
     diagnostics,
     filters,
     kl,
     objective,
     policy_losses,
     registry,
+    schema,
 )
-from arl.algos.config import (
-    advantage_kwargs_from_algo,
-    filter_kwargs_from_algo,
-    objective_config_from_algo,
-    validate_algo_config,
-)
-from arl.algos.objective import ObjectiveConfig, actor_loss
-from arl.algos.policy_losses import PolicyLossConfig
+from arl.algos.objective import actor_loss
+from arl.algos.schema import AlgoConfig, algo_config, validate_algo_config
 
 __all__ = [
-    "ObjectiveConfig",
-    "PolicyLossConfig",
+    "AlgoConfig",
     "actor_loss",
-    "advantage_kwargs_from_algo",
     "advantages",
     "aggregation",
-    "config",
+    "algo_config",
     "diagnostics",
-    "filter_kwargs_from_algo",
     "filters",
     "kl",
     "objective",
-    "objective_config_from_algo",
     "policy_losses",
     "registry",
+    "schema",
     "validate_algo_config",
 ]

@@ -14,15 +14,13 @@ within a group. The episode return is the undiscounted sum of its raw rewards. T
 enters once: an invalid turn gets ``invalid_penalty`` added to its own score and its own step
 return (not discounted back to earlier turns).
 
-Two layers:
+One registered function per estimator, all with the same keyword-only signature::
 
-- plain functions on scores (:func:`grpo`, :func:`rloo`, :func:`step_returns`, :func:`gigpo`);
-- :data:`ESTIMATORS`, turn-level estimators with one signature used by the trainer::
+    get(name)(step_rewards=, episode_ids=, turn_idx=, group_ids=, anchor_keys=, valid=, **settings)
 
-      get(name)(step_rewards=, episode_ids=, turn_idx=, group_ids=, anchor_keys=, valid=, **cfg)
-
-  An unknown ``cfg`` key raises ``TypeError``; :func:`estimator_kwargs` picks the keys of an
-  ``algo.advantage`` config block that an estimator takes.
+The settings are keys of the ``algo.advantage`` block (:class:`arl.algos.schema.AdvantageConfig`,
+where their defaults live; the functions have none): :func:`estimator_kwargs` picks the ones an
+estimator takes. :func:`step_returns` and :func:`gigpo_parts` are GiGPO's pieces, for diagnostics.
 
 All grouping is vectorised (``torch.unique(return_inverse=True)``, ``bincount``, ``index_add_``;
 gathers use ``index_select``, which stays fast on CPU when other processes compete for the cores,
@@ -33,26 +31,18 @@ rewards (float32 for integer input). GiGPO on 20,000 turn samples takes about 10
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry, select_kwargs
+from arl.algos.registry import Registry, keyword_parameters
+
+if TYPE_CHECKING:  # the schema imports this module for the registry's names
+    from arl.algos.schema import AdvantageConfig
 
 NORM_MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
-#: every key an ``algo.advantage`` block may hold (``name`` selects the estimator)
-CONFIG_KEYS: tuple[str, ...] = (
-    "name",
-    "gamma",
-    "step_weight",
-    "norm",
-    "norm_by_std",
-    "cross_steps",
-    "invalid_penalty",
-    "eps",
-)
 
 #: the tensor inputs of a turn-level estimator
 DATA_KEYS: tuple[str, ...] = (
@@ -167,44 +157,8 @@ def _check_norm(norm: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# plain functions
+# GiGPO's pieces
 # --------------------------------------------------------------------------------------------
-def grpo(scores: Tensor, group_ids: Tensor, norm_by_std: bool = True, eps: float = 1e-6) -> Tensor:
-    """GRPO group-normalised advantage (Shao et al., DeepSeekMath 2024).
-
-    A_i = (s_i - mean_g) / (std_g + eps), mean and unbiased std over the scores of i's group;
-    ``norm_by_std=False``: A_i = s_i - mean_g. A group of one has mean 0 and std 1.
-
-    Shapes: scores (N,), group_ids (N,) -> (N,).
-    """
-    n = _check_1d(scores=scores, group_ids=group_ids)
-    if n == 0:
-        return scores.new_zeros(0, dtype=_out_dtype(scores))
-    index, num_groups = _dense_index(group_ids)
-    values = _float64(scores)
-    adv = _group_normalise(values, index, values, index, num_groups, norm_by_std, eps)
-    return adv.to(_out_dtype(scores))
-
-
-def rloo(scores: Tensor, group_ids: Tensor) -> Tensor:
-    """REINFORCE leave-one-out baseline (Kool et al. 2019; Ahmadian et al. 2024).
-
-    A_i = s_i - mean of the other scores of i's group; a group of one gets 0.
-
-    Shapes: scores (N,), group_ids (N,) -> (N,).
-    """
-    n = _check_1d(scores=scores, group_ids=group_ids)
-    if n == 0:
-        return scores.new_zeros(0, dtype=_out_dtype(scores))
-    index, num_groups = _dense_index(group_ids)
-    values = _float64(scores)
-    count = _gather(torch.bincount(index, minlength=num_groups).to(values.dtype), index)
-    total = _gather(_segment_sum(values, index, num_groups), index)
-    baseline = (total - values) / (count - 1.0).clamp_min(1.0)
-    adv = torch.where(count > 1, values - baseline, torch.zeros_like(values))
-    return adv.to(_out_dtype(scores))
-
-
 def _discounted_returns(
     rewards: Tensor, episode_index: Tensor, num_episodes: int, turn_idx: Tensor, gamma: float
 ) -> Tensor:
@@ -284,16 +238,17 @@ class _Turns:
 
 
 def gigpo_parts(
+    *,
     step_rewards: Tensor,
     episode_ids: Tensor,
     turn_idx: Tensor,
     group_ids: Tensor,
     anchor_keys: Tensor,
     valid: Tensor,
-    gamma: float = 0.95,
-    norm: str = "mean_norm",
-    invalid_penalty: float = -0.1,
-    eps: float = 1e-6,
+    gamma: float,
+    norm: str,
+    invalid_penalty: float,
+    eps: float,
 ) -> tuple[Tensor, Tensor]:
     """GiGPO's two parts, (A_E, A_S) in float64, as :func:`gigpo` defines them; ``gigpo`` returns
     A_E + step_weight * A_S. The step part alone is what ``adv/step_std`` logs.
@@ -332,39 +287,6 @@ def gigpo_parts(
     return episode_adv, step_adv
 
 
-def gigpo(
-    step_rewards: Tensor,
-    episode_ids: Tensor,
-    turn_idx: Tensor,
-    group_ids: Tensor,
-    anchor_keys: Tensor,
-    valid: Tensor,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    norm: str = "mean_norm",
-    invalid_penalty: float = -0.1,
-    eps: float = 1e-6,
-) -> Tensor:
-    """GiGPO advantage, SAMPO's advantage (Feng et al. 2025, "Group-in-Group Policy Optimization").
-
-    - episode part A_E: the GRPO advantage of the turn scores (episode return + penalty on an
-      invalid turn) with statistics over every turn sample of the group; ``mean_norm`` subtracts
-      the mean, ``mean_std_norm`` also divides by std + eps;
-    - step part A_S: step returns R_t = r_t + gamma R_{t+1} from the raw rewards, plus the penalty
-      on invalid turns; turns of one group whose anchor keys are equal form a cluster (never across
-      groups); A_S = R_t - mean(R over the cluster) (``mean_std_norm``: / (std + eps)); a cluster of
-      one gets A_S = 0;
-    - A = A_E + step_weight * A_S.
-
-    The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> (N,).
-    """
-    episode_adv, step_adv = gigpo_parts(
-        step_rewards, episode_ids, turn_idx, group_ids, anchor_keys, valid,
-        gamma=gamma, norm=norm, invalid_penalty=invalid_penalty, eps=eps,
-    )  # fmt: skip
-    return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
-
-
 def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
     """Fraction of turns whose anchor state another turn of the same group also acted on: the turns
     GiGPO's step part compares (a cluster of one gets A_S = 0). Shapes: (N,), (N,) -> float; 0.0
@@ -385,7 +307,7 @@ def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
 # turn-level estimators (uniform signature)
 # --------------------------------------------------------------------------------------------
 @ESTIMATORS.register("grpo")
-def grpo_turns(
+def grpo(
     *,
     step_rewards: Tensor,
     episode_ids: Tensor,
@@ -393,16 +315,20 @@ def grpo_turns(
     group_ids: Tensor,
     anchor_keys: Tensor,
     valid: Tensor,
-    norm_by_std: bool = True,
-    cross_steps: bool = True,
-    invalid_penalty: float = -0.1,
-    eps: float = 1e-6,
+    norm_by_std: bool,
+    cross_steps: bool,
+    invalid_penalty: float,
+    eps: float,
 ) -> Tensor:
-    """GRPO on turn samples. Score of a turn = its episode's return (+ penalty if invalid).
+    """GRPO group-normalised advantage (Shao et al., DeepSeekMath 2024) on turn samples.
 
+    Score of a turn = its episode's return (+ ``invalid_penalty`` if its action did not parse);
+    A = (score - mean_g) / (std_g + eps) with the unbiased std of the group's statistics
+    (``norm_by_std=False``: A = score - mean_g; a group with one value has mean 0 and std 1).
     ``cross_steps=True``: mean/std over all turn samples of the group (long episodes weigh more,
     as the official GiGPO/verl-agent code); ``False``: over one return per episode (raw, no
-    penalty), then applied to each turn's score. ``turn_idx`` and ``anchor_keys`` are unused.
+    penalty), then applied to each turn's score. With one turn per episode this is the
+    single-turn GRPO of the scores. ``turn_idx`` and ``anchor_keys`` are unused.
 
     Shapes: all inputs (N,) -> (N,).
     """
@@ -419,7 +345,7 @@ def grpo_turns(
 
 
 @ESTIMATORS.register("rloo")
-def rloo_turns(
+def rloo(
     *,
     step_rewards: Tensor,
     episode_ids: Tensor,
@@ -427,12 +353,13 @@ def rloo_turns(
     group_ids: Tensor,
     anchor_keys: Tensor,
     valid: Tensor,
-    cross_steps: bool = True,
-    invalid_penalty: float = -0.1,
+    cross_steps: bool,
+    invalid_penalty: float,
 ) -> Tensor:
-    """RLOO on turn samples: A = score - baseline from the *other episodes* of the group.
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024) on turn samples:
+    A = score - baseline from the *other episodes* of the group.
 
-    Scores as :func:`grpo_turns`. ``cross_steps=True``: baseline = mean of the turn scores of the
+    Scores as :func:`grpo`. ``cross_steps=True``: baseline = mean of the turn scores of the
     group's other episodes (every turn sample counts); ``False``: mean of the other episodes'
     returns (one per episode). A turn of a group with a single episode gets 0. Leaving out the
     whole own episode (not only the own turn) keeps the baseline independent of the sample.
@@ -462,7 +389,7 @@ def rloo_turns(
 
 
 @ESTIMATORS.register("gigpo")
-def gigpo_turns(
+def gigpo(
     *,
     step_rewards: Tensor,
     episode_ids: Tensor,
@@ -470,32 +397,33 @@ def gigpo_turns(
     group_ids: Tensor,
     anchor_keys: Tensor,
     valid: Tensor,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    norm: str = "mean_norm",
-    invalid_penalty: float = -0.1,
-    eps: float = 1e-6,
+    gamma: float,
+    step_weight: float,
+    norm: str,
+    invalid_penalty: float,
+    eps: float,
 ) -> Tensor:
-    """:func:`gigpo` with the uniform keyword-only signature. Shapes: (N,) -> (N,)."""
-    return gigpo(
-        step_rewards,
-        episode_ids,
-        turn_idx,
-        group_ids,
-        anchor_keys,
-        valid,
-        gamma=gamma,
-        step_weight=step_weight,
-        norm=norm,
-        invalid_penalty=invalid_penalty,
-        eps=eps,
-    )
+    """GiGPO advantage, SAMPO's advantage (Feng et al. 2025, "Group-in-Group Policy Optimization").
 
+    - episode part A_E: the GRPO advantage of the turn scores (episode return + penalty on an
+      invalid turn) with statistics over every turn sample of the group; ``mean_norm`` subtracts
+      the mean, ``mean_std_norm`` also divides by std + eps;
+    - step part A_S: step returns R_t = r_t + gamma R_{t+1} from the raw rewards, plus the penalty
+      on invalid turns; turns of one group whose anchor keys are equal form a cluster (never across
+      groups); A_S = R_t - mean(R over the cluster) (``mean_std_norm``: / (std + eps)); a cluster of
+      one gets A_S = 0;
+    - A = A_E + step_weight * A_S.
 
-def estimator_kwargs(name: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of estimator ``name`` taken from an ``algo.advantage`` block.
-
-    Keys the estimator does not take but another one does (``gamma`` for grpo) are left out;
-    ``name`` is dropped; a key unknown to every estimator raises ``TypeError``.
+    The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> (N,).
     """
-    return select_kwargs(ESTIMATORS.get(name), cfg, known=CONFIG_KEYS, data=DATA_KEYS)
+    episode_adv, step_adv = gigpo_parts(
+        step_rewards=step_rewards, episode_ids=episode_ids, turn_idx=turn_idx, group_ids=group_ids,
+        anchor_keys=anchor_keys, valid=valid, gamma=gamma, norm=norm, invalid_penalty=invalid_penalty, eps=eps,
+    )  # fmt: skip
+    return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
+
+
+def estimator_kwargs(cfg: AdvantageConfig) -> dict[str, Any]:
+    """The settings of estimator ``cfg.name`` from the ``algo.advantage`` block: the keys it takes
+    (``gamma`` for gigpo, not for grpo)."""
+    return {key: getattr(cfg, key) for key in keyword_parameters(get(cfg.name)) if key not in DATA_KEYS}

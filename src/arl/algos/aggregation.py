@@ -55,7 +55,8 @@ def agg_loss(
     loss_agg_mode: str,
     global_tokens: Tensor | float | None = None,
     global_seqs: Tensor | float | None = None,
-    horizon: int | None = None,
+    *,
+    horizon: int | None,
 ) -> Tensor:
     """Aggregate a per-token loss.
 
@@ -65,7 +66,8 @@ def agg_loss(
         loss_agg_mode: one of :data:`AGG_MODES`.
         global_tokens: masked-token count of the whole mini-batch (token-mean).
         global_seqs: non-empty-sequence count of the whole mini-batch (seq-mean-* modes).
-        horizon: the constant H of ``seq-mean-token-sum-norm``; default the padded length T.
+        horizon: the constant H of ``seq-mean-token-sum-norm`` (the trainer passes ``algo.loss.horizon``
+            resolved to the generation budget); None: the padded length T of the tensors given.
 
     Returns:
         A scalar tensor.

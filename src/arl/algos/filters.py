@@ -3,7 +3,10 @@
 Inputs are per episode: ``returns`` (E,) raw episode returns (undiscounted sum of environment
 rewards, no format penalty) and ``group_ids`` (E,). A filter keeps or drops whole groups::
 
-    get(name)(returns=, group_ids=, valid_ratio=None, **cfg) -> FilterResult
+    get(name)(returns=, group_ids=, valid_ratio=None, **settings) -> FilterResult
+
+with the settings from the ``algo.filter`` block (:class:`arl.algos.schema.FilterConfig`, where
+their defaults live); :func:`group_filter` binds them, and the DataModule calls the result.
 
 A group is *constant* when max(returns) - min(returns) <= atol over its episodes (atol = 0:
 exact equality). A group of one episode is constant.
@@ -12,7 +15,7 @@ exact equality). A group of one episode is constant.
 - ``dapo`` (DAPO dynamic sampling, Yu et al., ByteDance 2025): drop the constant groups; their
   GRPO advantage is zero, so they only dilute the batch.
 - ``stage_aware``: like ``dapo``, except that while the round's valid-format ratio
-  ``valid_ratio`` is below ``valid_ratio_threshold`` (default 0.9) it also keeps *all-failure*
+  ``valid_ratio`` is below ``valid_ratio_threshold`` it also keeps *all-failure*
   groups, defined as constant groups whose common return is <= 0 (no episode earned a positive
   return). Their turns still differ by the format penalty, which is the signal early training
   needs. With ``valid_ratio=None`` it behaves exactly like ``dapo``.
@@ -27,19 +30,21 @@ iterations (ALFWorld and WebShop 15).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry, select_kwargs
+from arl.algos.registry import Registry, keyword_parameters
 
-#: the keys of an ``algo.filter`` block the trainer uses (the re-rollout top-up), not the filter
-TRAINER_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "cold_start", "fill_last_round")
-#: every key an ``algo.filter`` block may hold
-CONFIG_KEYS: tuple[str, ...] = (*TRAINER_KEYS, "valid_ratio_threshold", "atol")
+if TYPE_CHECKING:  # the schema imports this module for the registry's names
+    from arl.algos.schema import FilterConfig
+
+#: the inputs of a filter (the rest of its keywords are settings)
+DATA_KEYS: tuple[str, ...] = ("returns", "group_ids", "valid_ratio")
 
 
 @dataclass
@@ -98,7 +103,7 @@ def no_filter(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None =
 
 
 @FILTERS.register("dapo")
-def dapo(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None = None, atol: float = 0.0) -> FilterResult:
+def dapo(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None = None, atol: float) -> FilterResult:
     """Keep exactly the groups whose returns are not all equal (max - min > atol).
 
     Shapes: returns, group_ids (E,). ``valid_ratio`` is unused.
@@ -114,8 +119,8 @@ def stage_aware(
     returns: Tensor,
     group_ids: Tensor,
     valid_ratio: float | None = None,
-    valid_ratio_threshold: float = 0.9,
-    atol: float = 0.0,
+    valid_ratio_threshold: float,
+    atol: float,
 ) -> FilterResult:
     """``dapo``, but keeps all-failure groups (constant, return <= 0) while
     ``valid_ratio < valid_ratio_threshold``. Shapes: returns, group_ids (E,).
@@ -127,10 +132,15 @@ def stage_aware(
     return _result(uniq, index, keep_group)
 
 
-def filter_kwargs(name: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of filter ``name`` taken from an ``algo.filter`` block.
+def filter_kwargs(cfg: FilterConfig) -> dict[str, Any]:
+    """The settings of filter ``cfg.name`` from the ``algo.filter`` block: the keys it takes (the
+    re-rollout schedule's keys are the DataModule's)."""
+    return {key: getattr(cfg, key) for key in keyword_parameters(get(cfg.name)) if key not in DATA_KEYS}
 
-    The trainer's keys (:data:`TRAINER_KEYS`) are dropped; a key unknown to every filter raises
-    ``TypeError``.
-    """
-    return select_kwargs(FILTERS.get(name), cfg, known=CONFIG_KEYS, data=("returns", "group_ids", "valid_ratio"))
+
+def group_filter(cfg: FilterConfig) -> GroupFilter | None:
+    """The configured filter with its settings bound, called as ``(returns=, group_ids=,
+    valid_ratio=)``; None for ``none`` (every group is kept, no re-rollout)."""
+    if cfg.name == "none":
+        return None
+    return functools.partial(get(cfg.name), **filter_kwargs(cfg))

@@ -7,7 +7,8 @@ Every loss has the signature ::
 
     fn(*, log_prob, old_log_prob, advantages, response_mask, cfg) -> (loss_mat, metrics)
 
-with (B, T) tensors in and a (B, T) loss matrix out (to be aggregated by
+with ``cfg`` the ``algo.loss`` block (:class:`arl.algos.schema.LossConfig`: clip bounds, SAPO's
+temperatures), (B, T) tensors in and a (B, T) loss matrix out (to be aggregated by
 :func:`arl.algos.aggregation.agg_loss`; the values on masked-out positions are meaningless), and
 ``metrics`` a dict of detached scalar tensors with at least ``clipfrac``, ``clipfrac_lower`` and
 ``ppo_kl`` (means over the masked tokens of the tensors given).
@@ -19,36 +20,20 @@ w.r.t. log pi equals the REINFORCE gradient -A per token; they differ only off-p
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from arl.algos.registry import Registry
 
+if TYPE_CHECKING:  # the schema imports this module for the registry's names
+    from arl.algos.schema import LossConfig
+
 #: clamp of the token log-ratio before exponentiation
 LOG_RATIO_CLAMP = 20.0
 #: upper clamp of the GSPO per-token log sequence ratio
 GSPO_LOG_RATIO_MAX = 10.0
-
-
-@dataclass
-class PolicyLossConfig:
-    """Hyper-parameters of the policy losses (``algo.loss.*``).
-
-    Attributes:
-        clip_ratio_low: eps_low, lower clip bound 1 - eps_low (ppo_clip, gspo, cispo).
-        clip_ratio_high: eps_high, upper clip bound 1 + eps_high (ppo_clip, gspo, cispo).
-        clip_ratio_c: dual-clip constant c > 1 for A < 0 (ppo_clip).
-        tau_pos: SAPO gate temperature for A > 0.
-        tau_neg: SAPO gate temperature for A <= 0.
-    """
-
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    tau_pos: float = 1.0
-    tau_neg: float = 1.05
 
 
 PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]
@@ -92,7 +77,7 @@ def ppo_clip(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig,
+    cfg: LossConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Token-level PPO clip with asymmetric bounds and dual clip (Schulman 2017; Ye 2020).
 
@@ -124,7 +109,7 @@ def gspo(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig,
+    cfg: LossConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: clipped sequence-level ratio (Zheng et al., Qwen 2025).
 
@@ -158,7 +143,7 @@ def cispo(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig,
+    cfg: LossConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """CISPO: clipped IS weight times REINFORCE (MiniMax-M1, 2025).
 
@@ -190,7 +175,7 @@ def sapo(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig,
+    cfg: LossConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """SAPO: soft adaptive gate instead of a hard clip (Qwen 2025).
 
@@ -229,7 +214,7 @@ def reinforce(
     old_log_prob: Tensor,
     advantages: Tensor,
     response_mask: Tensor,
-    cfg: PolicyLossConfig,
+    cfg: LossConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Plain REINFORCE: L = -A log pi (no ratio, no clip; ``cfg`` unused).
 

@@ -15,7 +15,7 @@ function registered under a string name, so a config value selects it::
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T", bound=Callable[..., Any])
@@ -85,32 +85,3 @@ def keyword_parameters(fn: Callable[..., Any]) -> tuple[str, ...]:
     """Names of the parameters of ``fn`` that can be passed by keyword."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return tuple(name for name, p in inspect.signature(fn).parameters.items() if p.kind in kinds)
-
-
-def select_kwargs(
-    fn: Callable[..., Any],
-    cfg: Mapping[str, Any],
-    known: tuple[str, ...] | None = None,
-    data: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    """The entries of ``cfg`` that ``fn`` accepts as keyword arguments.
-
-    A config block is shared by every choice of a component (``algo.advantage`` holds ``gamma``
-    for gigpo and ``cross_steps`` for grpo); this picks the keys the chosen function takes.
-    If ``known`` is given, a key of ``cfg`` that is neither accepted by ``fn`` nor listed in
-    ``known`` raises ``TypeError`` (a typo in a config must not be silently ignored). ``data``
-    names the tensor inputs of ``fn``; they never come from a config (``TypeError`` if present).
-    """
-    accepted = set(keyword_parameters(fn)) - set(data)
-    out: dict[str, Any] = {}
-    for key, value in cfg.items():
-        if key in data:
-            raise TypeError(f"config key {key!r} is a data input, not a setting")
-        if key in accepted:
-            out[key] = value
-        elif known is not None and key not in known:
-            raise TypeError(
-                f"unexpected config key {key!r}; accepted: {', '.join(sorted(accepted))}; "
-                f"known: {', '.join(sorted(known))}"
-            )
-    return out

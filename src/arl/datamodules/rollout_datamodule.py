@@ -7,9 +7,10 @@ The train loader is an ``IterableDataset`` that yields one
 (:func:`arl.agent.samples.collate_episodes`), as the SFT DataModule hands over its batches. The
 module receives tensors only.
 
-The filter is the one call from this room into the algorithm: the DataModule is given the
-module's configured filter (``group_filter``, a function of returns, group ids and the valid-action
-ratio) and applies it between rollout rounds, since whether to roll out more is a data decision.
+The filter is the one call from this room into the algorithm: the builder hands the DataModule the
+configured filter with its settings bound (``group_filter``, called with returns, group ids and the
+valid-action ratio) and its schedule, and the DataModule applies it between rollout rounds, since
+whether to roll out more is a data decision.
 
 Task seeds are derived from (seed, iteration, round) so a run is reproducible and a resumed run
 continues the same seed stream. Validation episodes use held-out seeds (a range no training seed falls in), group size 1 and the ``val_*`` sampling keys
@@ -69,7 +70,7 @@ def rank_share(n: int, rank: int = 0, world: int = 1) -> tuple[int, int]:
     return n * rank // world, n * (rank + 1) // world
 
 
-GroupFilter = Callable[[torch.Tensor, torch.Tensor, "float | None"], Any]
+GroupFilter = Callable[..., Any]  # (returns=, group_ids=, valid_ratio=) -> arl.algos.filters.FilterResult
 
 
 class _TrainStream(IterableDataset):
@@ -148,14 +149,16 @@ class RolloutDataModule(LightningDataModule):
         sampling, val_sampling: sampling parameters for training and validation.
         val_episodes, val_batch_size: held-out episodes per validation, episodes per engine batch.
         seed: base of the task-seed stream.
-        max_rollout_rounds: rounds of re-rollout the filter may ask for.
+        max_rollout_rounds: rounds of re-rollout the filter may ask for (``algo.filter.*``: the
+            schedule's defaults here are those of no filter).
         filter_cold_start: iterations before the filter starts (all groups kept until then).
         fill_last_round: the last round fills what is still missing with its other groups
             (the filter's groups first, then the rest in task order), so a batch always holds
             ``groups_per_step`` groups, as the official trainers do; False trains on what the
             filter kept.
-        group_filter: ``(returns, group_ids, valid_ratio) -> FilterResult`` (set by the pipeline
-            from the LightningModule), or None to keep everything.
+        group_filter: the configured filter with its settings bound (``(returns=, group_ids=,
+            valid_ratio=) -> FilterResult``, :func:`arl.algos.filters.group_filter`), or None to
+            keep everything.
         pad_id: the padding token id of the collated batches (the policy tokenizer's).
     """
 
@@ -170,8 +173,8 @@ class RolloutDataModule(LightningDataModule):
         val_episodes: int = 64,
         val_batch_size: int = 64,
         seed: int = 0,
-        max_rollout_rounds: int = 3,
         group_filter: GroupFilter | None = None,
+        max_rollout_rounds: int = 1,
         filter_cold_start: int = 0,
         fill_last_round: bool = True,
         pad_id: int = 0,
@@ -312,9 +315,9 @@ class RolloutDataModule(LightningDataModule):
         turns = [t for e in usable for t in e.turns]
         valid_ratio = sum(t.valid for t in turns) / max(len(turns), 1)
         result = self.group_filter(
-            torch.tensor([e.ret for e in usable], dtype=torch.float32),
-            torch.tensor([e.group_id for e in usable], dtype=torch.long),
-            valid_ratio,
+            returns=torch.tensor([e.ret for e in usable], dtype=torch.float32),
+            group_ids=torch.tensor([e.group_id for e in usable], dtype=torch.long),
+            valid_ratio=valid_ratio,
         )
         keep_ids = [int(g) for g in result.kept_group_ids.tolist()]
         if not (last and self.fill_last_round):

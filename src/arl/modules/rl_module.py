@@ -13,6 +13,7 @@ import logging
 import time
 from collections import defaultdict
 from contextlib import nullcontext
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
@@ -20,9 +21,9 @@ from lightning import LightningModule
 from torchmetrics import MeanMetric
 
 from arl.agent.metrics import success_by_type
-from arl.algos import advantages, diagnostics, filters, kl
+from arl.algos import advantages, diagnostics, kl
 from arl.algos import objective as objective_lib
-from arl.algos.config import advantage_kwargs_from_algo, filter_kwargs_from_algo, objective_config_from_algo
+from arl.algos.schema import AlgoConfig, algo_config
 from arl.datamodules.batches import (
     RolloutBatch,
     ValidationBatch,
@@ -45,7 +46,7 @@ class AgenticRLModule(LightningModule):
         policy: the causal LM being trained (an HF ``PreTrainedModel``).
         reference: a frozen copy for the KL term, or None when ``algo.kl.coef == 0``.
         tokenizer: the policy's tokenizer (padding id).
-        algo: the ``algo`` config (see ``configs/algo/base.yaml``).
+        algo: the ``algo`` group, typed (:class:`arl.algos.schema.AlgoConfig`) or a mapping validated here.
         optimizer: a partial optimiser (``_partial_: true``) taking the parameters.
         ppo_epochs, mini_batches: passes over one iteration's samples, and optimiser steps per pass.
         mini_batch_size: samples per optimiser step over all ranks (the official scripts'
@@ -68,7 +69,7 @@ class AgenticRLModule(LightningModule):
         policy,
         reference,
         tokenizer,
-        algo: dict[str, Any],
+        algo: AlgoConfig | Mapping[str, Any],
         optimizer: Callable,
         ppo_epochs: int = 1,
         mini_batches: int = 2,
@@ -87,11 +88,9 @@ class AgenticRLModule(LightningModule):
         if reference is not None:
             reference.requires_grad_(False).eval()
         self.pad_id = tokenizer.pad_token_id
-        self.algo = algo
-        self.objective = objective_config_from_algo(algo)
-        self.advantage_name, self.advantage_kwargs = advantage_kwargs_from_algo(algo)
-        self.advantage_fn = advantages.get(self.advantage_name)
-        self.filter_name, self.filter_kwargs = filter_kwargs_from_algo(algo)
+        self.algo = algo_config(algo)  # validated and typed
+        self.advantage_fn = advantages.get(self.algo.advantage.name)
+        self.advantage_kwargs = advantages.estimator_kwargs(self.algo.advantage)
         self.optimizer_factory = optimizer
         self.ppo_epochs = ppo_epochs
         self.mini_batches = mini_batches
@@ -101,7 +100,7 @@ class AgenticRLModule(LightningModule):
         self.warmup_steps = warmup_steps
         self.temperature = temperature
         self.reuse_rollout_log_probs = bool(reuse_rollout_log_probs)
-        if self.objective.loss_agg == "seq-mean-token-sum-norm" and self.objective.horizon is None:
+        if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
                 "algo.loss.agg=seq-mean-token-sum-norm needs a constant horizon (algo.loss.horizon); the padded "
                 "width of a micro-batch would make the update depend on how the batch is split"
@@ -123,12 +122,6 @@ class AgenticRLModule(LightningModule):
         warmup = max(int(self.warmup_steps), 0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / (warmup + 1)) if warmup else 1.0)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def group_filter(self, returns: torch.Tensor, group_ids: torch.Tensor, valid_ratio: float | None):
-        """The configured dynamic-sampling filter (called by the DataModule during rollout)."""
-        return filters.get(self.filter_name)(
-            returns=returns, group_ids=group_ids, valid_ratio=valid_ratio, **self.filter_kwargs
-        )
 
     # ----------------------------------------------------------------------- distribution
     def configure_model(self) -> None:
@@ -225,7 +218,7 @@ class AgenticRLModule(LightningModule):
         on_policy = self.ppo_epochs == 1 and n_steps == 1
 
         t0 = time.perf_counter()
-        need_old = not on_policy or not self.objective.kl_in_loss
+        need_old = not on_policy or not self.algo.kl.in_loss
         if need_old and self.reuse_rollout_log_probs:
             if data is not None:  # the engine scored the sampled tokens with these very weights
                 data["old_log_probs"] = data["rollout_log_probs"] * data["response_mask"]
@@ -234,7 +227,7 @@ class AgenticRLModule(LightningModule):
             if data is not None:
                 data["old_log_probs"] = old
         t_old = time.perf_counter() - t0
-        if self.reference is not None and self.objective.kl_coef > 0:
+        if self.reference is not None and self.algo.kl.coef > 0:
             ref = self._score(self.reference, data)
             if data is not None:
                 data["ref_log_probs"] = ref
@@ -290,12 +283,13 @@ class AgenticRLModule(LightningModule):
     def _gigpo_step_std(self, step_rewards: torch.Tensor, table: dict[str, torch.Tensor]) -> float:
         """Std over the turns of GiGPO's step part as it enters the advantage (step_weight x A_S):
         ``adv/step_std`` of docs/design.md section 8; 0 when no turn shares its anchor state in its group."""
-        kw = dict(self.advantage_kwargs)
-        step_weight = float(kw.pop("step_weight", 1.0))
+        cfg = self.algo.advantage
         _, step_adv = advantages.gigpo_parts(
-            step_rewards, table["episode_id"], table["turn"], table["group_id"], table["anchor_key"], table["valid"], **kw
-        )
-        return float((step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
+            step_rewards=step_rewards, episode_ids=table["episode_id"], turn_idx=table["turn"], group_ids=table["group_id"],
+            anchor_keys=table["anchor_key"], valid=table["valid"], gamma=cfg.gamma, norm=cfg.norm,
+            invalid_penalty=cfg.invalid_penalty, eps=cfg.eps,
+        )  # fmt: skip
+        return float((cfg.step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
 
     def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], spec: dict[str, Any]) -> dict[str, float]:
         """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
@@ -304,10 +298,10 @@ class AgenticRLModule(LightningModule):
         n_turns = int(table["reward"].shape[0])
         metrics: dict[str, float] = {}
         step_rewards = table["reward"]
-        if "ref_log_probs" in data and not self.objective.kl_in_loss:
+        if "ref_log_probs" in data and not self.algo.kl.in_loss:
             # k-estimator per token, summed over each turn's own tokens (both sample modes)
-            token_kl = kl.kl_penalty(data["old_log_probs"], data["ref_log_probs"], self.objective.kl_estimator) * mask
-            penalty = self.objective.kl_coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
+            token_kl = kl.kl_penalty(data["old_log_probs"], data["ref_log_probs"], self.algo.kl.estimator) * mask
+            penalty = self.algo.kl.coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
             step_rewards = step_rewards - penalty
             metrics["actor/kl_reward"] = float(penalty.mean())
         adv = self.advantage_fn(
@@ -329,7 +323,7 @@ class AgenticRLModule(LightningModule):
                 "adv/shared_anchor_frac": advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]),
             }
         )
-        if self.advantage_name == "gigpo":
+        if self.algo.advantage.name == "gigpo":
             metrics["adv/step_std"] = self._gigpo_step_std(step_rewards, table)
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
@@ -428,7 +422,7 @@ class AgenticRLModule(LightningModule):
             old,
             micro["advantages"],
             micro["response_mask"],
-            self.objective,
+            self.algo,
             ref_log_prob=micro.get("ref_log_probs"),
             rollout_log_prob=micro["rollout_log_probs"],
             entropy=entropy,
@@ -437,7 +431,7 @@ class AgenticRLModule(LightningModule):
         )
         stats = diagnostics.is_stats(
             log_prob.detach(), old, micro["advantages"], micro["response_mask"],
-            self.objective.loss.clip_ratio_low, self.objective.loss.clip_ratio_high,
+            self.algo.loss.clip_ratio_low, self.algo.loss.clip_ratio_high,
         )
         m = {**m, **{f"is/{k}": v for k, v in stats.items()}}
         # pg/kl/entropy come as this micro-batch's share of the mini-batch value; rates

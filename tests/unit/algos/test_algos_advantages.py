@@ -11,10 +11,45 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.algos import advantages
-from arl.algos.advantages import gigpo, grpo, rloo, step_returns
+from arl.algos.advantages import DATA_KEYS, step_returns
+from arl.algos.schema import AdvantageConfig, replace
 
 EPS = 1e-6
 F64 = torch.float64
+
+
+def estimate(name: str, data: dict, **changes) -> torch.Tensor:
+    """Estimator ``name`` on ``data`` with the schema's settings (``changes`` applied)."""
+    cfg = replace(AdvantageConfig(), name=name, **changes)
+    return advantages.get(name)(**data, **advantages.estimator_kwargs(cfg))
+
+
+def one_turn_episodes(scores: torch.Tensor, group_ids: torch.Tensor) -> dict:
+    """Every score its own single-turn, valid episode: the estimators on plain scores."""
+    n = scores.numel()
+    return {
+        "step_rewards": scores, "episode_ids": torch.arange(n), "turn_idx": torch.zeros(n, dtype=torch.long),
+        "group_ids": group_ids, "anchor_keys": torch.arange(n), "valid": torch.ones(n, dtype=torch.bool),
+    }  # fmt: skip
+
+
+def grpo(scores, group_ids, **changes):
+    return estimate("grpo", one_turn_episodes(scores, group_ids), **changes)
+
+
+def rloo(scores, group_ids, **changes):
+    return estimate("rloo", one_turn_episodes(scores, group_ids), **changes)
+
+
+def gigpo(**kw):
+    data = {key: kw.pop(key) for key in DATA_KEYS}
+    return estimate("gigpo", data, **kw)
+
+
+def gigpo_parts(**kw):
+    data = {key: kw.pop(key) for key in DATA_KEYS}
+    cfg = replace(AdvantageConfig(), **kw)
+    return advantages.gigpo_parts(**data, gamma=cfg.gamma, norm=cfg.norm, invalid_penalty=cfg.invalid_penalty, eps=cfg.eps)
 
 
 def t(values, dtype=F64) -> torch.Tensor:
@@ -113,8 +148,6 @@ def test_gigpo_hand_mean_std_norm() -> None:
 
 
 def test_gigpo_parts_hand() -> None:
-    from arl.algos.advantages import gigpo_parts
-
     # the parts of test_gigpo_hand_mean_norm, separately
     episode, step = gigpo_parts(**CASE, gamma=0.5, norm="mean_norm")
     close(episode, [0.62, 0.62, -0.38, -0.48, -0.38, 2.0])
@@ -136,64 +169,54 @@ def test_gigpo_rejects_unknown_norm() -> None:
 def test_turn_grpo_hand() -> None:
     # cross_steps: stats over the 5 turn scores of group 0 (mean 0.38, std 0.567450)
     expected = [(s - MEAN0) / (STD0 + EPS) for s in SCORES] + [2 / (1 + EPS)]
-    close(advantages.get("grpo")(**CASE), expected)
+    close(estimate("grpo", CASE), expected)
     # one return per episode: group 0 returns [1, 0], mean 0.5, std sqrt(0.5) = 0.707107;
     # each turn's score is normalised with them: A-turns 0.5 / 0.707107 = 0.707106,
     # B-turns -0.5 / 0.707107, invalid B1 -0.6 / 0.707107 = -0.848528; group 1: one episode -> 2
     sd = math.sqrt(0.5) + EPS
     close(
-        advantages.get("grpo")(**CASE, cross_steps=False),
+        estimate("grpo", CASE, cross_steps=False),
         [0.5 / sd, 0.5 / sd, -0.5 / sd, -0.6 / sd, -0.5 / sd, 2 / (1 + EPS)],
     )
     close(
-        advantages.get("grpo")(**CASE, norm_by_std=False, invalid_penalty=0.0), [0.6, 0.6, -0.4, -0.4, -0.4, 2.0]
+        estimate("grpo", CASE, norm_by_std=False, invalid_penalty=0.0), [0.6, 0.6, -0.4, -0.4, -0.4, 2.0]
     )  # scores [1, 1, 0, 0, 0], mean 0.4
 
 
 def test_turn_rloo_hand() -> None:
     # one return per episode: A's baseline = B's return 0 -> [1, 1]; B's baseline = 1 ->
     # [-1, -1.1, -1]; group 1 has a single episode -> 0
-    close(advantages.get("rloo")(**CASE, cross_steps=False), [1.0, 1.0, -1.0, -1.1, -1.0, 0.0])
+    close(estimate("rloo", CASE, cross_steps=False), [1.0, 1.0, -1.0, -1.1, -1.0, 0.0])
     # cross steps: A's baseline = mean of B's turn scores (0 - 0.1 + 0) / 3 = -1/30;
     # B's baseline = mean of A's turn scores = 1
-    close(advantages.get("rloo")(**CASE), [1 + 1 / 30, 1 + 1 / 30, -1.0, -1.1, -1.0, 0.0])
-
-
-def test_turn_gigpo_matches_function() -> None:
-    torch.testing.assert_close(advantages.get("gigpo")(**CASE, gamma=0.5), gigpo(**CASE, gamma=0.5))
+    close(estimate("rloo", CASE), [1 + 1 / 30, 1 + 1 / 30, -1.0, -1.1, -1.0, 0.0])
 
 
 @pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo"])
-def test_unknown_cfg_key_is_type_error(name: str) -> None:
+def test_settings_are_exactly_the_schema_keys(name: str) -> None:
+    settings = advantages.estimator_kwargs(replace(AdvantageConfig(), name=name))
     with pytest.raises(TypeError):
-        advantages.get(name)(**CASE, bogus=1)
+        advantages.get(name)(**CASE, **settings, bogus=1)  # an unknown setting
+    with pytest.raises(TypeError):
+        advantages.get(name)(**CASE)  # no setting has a default outside the schema
 
 
 def test_estimator_kwargs() -> None:
-    block = {
-        "name": "gigpo",
-        "gamma": 0.9,
-        "step_weight": 1.0,
-        "norm": "mean_norm",
-        "norm_by_std": True,
-        "cross_steps": True,
-        "invalid_penalty": -0.1,
-    }
-    assert advantages.estimator_kwargs("gigpo", block) == {
+    cfg = AdvantageConfig(name="gigpo", gamma=0.9)
+    assert advantages.estimator_kwargs(cfg) == {
         "gamma": 0.9,
         "step_weight": 1.0,
         "norm": "mean_norm",
         "invalid_penalty": -0.1,
+        "eps": 1e-6,
     }
-    assert advantages.estimator_kwargs("grpo", block) == {
+    assert advantages.estimator_kwargs(replace(cfg, name="grpo")) == {
         "norm_by_std": True,
         "cross_steps": True,
         "invalid_penalty": -0.1,
+        "eps": 1e-6,
     }
-    with pytest.raises(TypeError, match="gama"):
-        advantages.estimator_kwargs("gigpo", {"gama": 0.9})
-    with pytest.raises(TypeError):
-        advantages.estimator_kwargs("gigpo", {"valid": True})
+    assert advantages.estimator_kwargs(replace(cfg, name="rloo")) == {"cross_steps": True, "invalid_penalty": -0.1}
 
 
 # -------------------------------------------------------------------------------- properties
@@ -246,7 +269,7 @@ def test_grpo_sums_to_zero_per_group(seed, sizes, by_std) -> None:
 )
 def test_gigpo_distinct_anchors_is_episode_part(data, norm, gamma, weight) -> None:
     adv = gigpo(**data, gamma=gamma, step_weight=weight, norm=norm)
-    episode_part = advantages.get("grpo")(**data, norm_by_std=norm == "mean_std_norm", cross_steps=True)
+    episode_part = estimate("grpo", data, norm_by_std=norm == "mean_std_norm", cross_steps=True)
     torch.testing.assert_close(adv, episode_part)
 
 
@@ -254,8 +277,8 @@ def test_gigpo_distinct_anchors_is_episode_part(data, norm, gamma, weight) -> No
 @given(turn_samples(), st.integers(0, 2**31 - 1), st.sampled_from(["grpo", "rloo", "gigpo"]))
 def test_estimators_are_order_invariant(data, seed, name) -> None:
     perm = torch.randperm(data["step_rewards"].numel(), generator=torch.Generator().manual_seed(seed))
-    full = advantages.get(name)(**data)
-    permuted = advantages.get(name)(**{k: v[perm] for k, v in data.items()})
+    full = estimate(name, data)
+    permuted = estimate(name, {k: v[perm] for k, v in data.items()})
     torch.testing.assert_close(permuted, full[perm])
 
 

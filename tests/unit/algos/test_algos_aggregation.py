@@ -30,7 +30,7 @@ HAND = {
 @pytest.mark.parametrize("mode", AGG_MODES)
 def test_hand_values_and_gradients(mode: str) -> None:
     loss_mat = torch.tensor(L, dtype=torch.float64, requires_grad=True)
-    value = agg_loss(loss_mat, torch.tensor(M), mode)
+    value = agg_loss(loss_mat, torch.tensor(M), mode, horizon=None)
     value.backward()
     expected_value, expected_grad = HAND[mode]
     assert value.item() == pytest.approx(expected_value)
@@ -41,19 +41,19 @@ def test_empty_sequences_do_not_count() -> None:
     # a third, fully masked row: token-mean still 7/3, seq-mean-token-mean still (1.5 + 4) / 2
     loss_mat = torch.tensor([*L, [9.0, 9.0, 9.0]])
     mask = torch.tensor([*M, [0.0, 0.0, 0.0]])
-    assert agg_loss(loss_mat, mask, "token-mean").item() == pytest.approx(7 / 3)
-    assert agg_loss(loss_mat, mask, "seq-mean-token-mean").item() == pytest.approx(2.75)
-    assert agg_loss(loss_mat, mask, "seq-mean-token-sum").item() == pytest.approx(3.5)
+    assert agg_loss(loss_mat, mask, "token-mean", horizon=None).item() == pytest.approx(7 / 3)
+    assert agg_loss(loss_mat, mask, "seq-mean-token-mean", horizon=None).item() == pytest.approx(2.75)
+    assert agg_loss(loss_mat, mask, "seq-mean-token-sum", horizon=None).item() == pytest.approx(3.5)
 
 
 def test_global_normalisers_and_horizon() -> None:
     loss_mat, mask = torch.tensor(L), torch.tensor(M)
     # token-mean: 7 / 6 with 6 global tokens
-    assert agg_loss(loss_mat, mask, "token-mean", global_tokens=6).item() == pytest.approx(7 / 6)
+    assert agg_loss(loss_mat, mask, "token-mean", global_tokens=6, horizon=None).item() == pytest.approx(7 / 6)
     # seq-mean-token-mean: (1.5 + 4) / 4 with 4 global sequences
-    assert agg_loss(loss_mat, mask, "seq-mean-token-mean", global_seqs=4).item() == pytest.approx(5.5 / 4)
+    assert agg_loss(loss_mat, mask, "seq-mean-token-mean", global_seqs=4, horizon=None).item() == pytest.approx(5.5 / 4)
     # seq-mean-token-sum: (3 + 4) / 4
-    assert agg_loss(loss_mat, mask, "seq-mean-token-sum", global_seqs=torch.tensor(4.0)).item() == pytest.approx(7 / 4)
+    assert agg_loss(loss_mat, mask, "seq-mean-token-sum", global_seqs=torch.tensor(4.0), horizon=None).item() == pytest.approx(7 / 4)
     # seq-mean-token-sum-norm with H = 10: (3 / 10 + 4 / 10) / 2 = 0.35
     assert agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", horizon=10).item() == pytest.approx(0.35)
 
@@ -65,13 +65,13 @@ def test_normalisers_counts() -> None:
 
 def test_all_masked_is_zero_not_nan() -> None:
     for mode in AGG_MODES:
-        value = agg_loss(torch.ones(2, 3), torch.zeros(2, 3), mode)
+        value = agg_loss(torch.ones(2, 3), torch.zeros(2, 3), mode, horizon=None)
         assert value.item() == 0.0
 
 
 def test_unknown_mode_lists_valid() -> None:
     with pytest.raises(ValueError, match="valid: token-mean, seq-mean-token-mean"):
-        agg_loss(torch.ones(1, 1), torch.ones(1, 1), "token-sum")
+        agg_loss(torch.ones(1, 1), torch.ones(1, 1), "token-sum", horizon=None)
 
 
 @st.composite
@@ -96,10 +96,10 @@ def test_split_invariance(batch, mode: str) -> None:
     tokens, seqs = normalisers(mask)
 
     x_full = x.clone().requires_grad_(True)
-    full = agg_loss(x_full * weight, mask, mode, global_tokens=tokens, global_seqs=seqs)
+    full = agg_loss(x_full * weight, mask, mode, global_tokens=tokens, global_seqs=seqs, horizon=None)
     full.backward()
     # the defaults count the same normalisers on the whole batch
-    assert agg_loss(x * weight, mask, mode).item() == pytest.approx(full.item(), abs=1e-12)
+    assert agg_loss(x * weight, mask, mode, horizon=None).item() == pytest.approx(full.item(), abs=1e-12)
 
     x_split = x.clone().requires_grad_(True)
     total = torch.zeros((), dtype=torch.float64)
@@ -122,7 +122,7 @@ def test_non_finite_padding_does_not_leak() -> None:
     loss_mat = torch.tensor([[1.0, float("inf")], [2.0, float("nan")]], requires_grad=True)
     mask = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     for mode in AGG_MODES:
-        value = agg_loss(loss_mat, mask, mode)
+        value = agg_loss(loss_mat, mask, mode, horizon=None)
         assert torch.isfinite(value)
         (grad,) = torch.autograd.grad(value, loss_mat)
         assert torch.isfinite(grad).all() and (grad[:, 1] == 0).all()

@@ -1,8 +1,10 @@
-"""Registry errors, validate_algo_config and the configs/algo presets."""
+"""Registry errors, the algo schema (validation, the files derived from it) and the configs/algo presets."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import inspect
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,8 @@ import pytest
 import yaml
 
 from arl import algos
-from arl.algos import advantages, filters, kl, policy_losses, registry
-from arl.algos.objective import ObjectiveConfig
+from arl.algos import advantages, filters, kl, policy_losses, registry, schema
+from arl.algos.schema import AlgoConfig
 
 ALGO_DIR = Path(__file__).resolve().parents[3] / "configs" / "algo"
 PRESETS = sorted(p.stem for p in ALGO_DIR.glob("*.yaml"))
@@ -80,8 +82,10 @@ def test_package_exports() -> None:
         "filters",
         "diagnostics",
         "objective",
+        "schema",
         "validate_algo_config",
-        "objective_config_from_algo",
+        "algo_config",
+        "AlgoConfig",
     ):
         assert hasattr(algos, name)
 
@@ -114,22 +118,79 @@ def test_all_presets_present() -> None:
 def test_preset_loads_and_validates(name: str) -> None:
     algo = load_preset(name)
     algos.validate_algo_config(algo)
-    cfg = algos.objective_config_from_algo(algo)
-    assert isinstance(cfg, ObjectiveConfig)
-    adv_name, adv_kwargs = algos.advantage_kwargs_from_algo(algo)
-    advantages.get(adv_name)  # exists
-    filter_name, filter_kwargs = algos.filter_kwargs_from_algo(algo)
-    filters.get(filter_name)
+    cfg = algos.algo_config(algo)
+    assert isinstance(cfg, AlgoConfig)
+    adv_kwargs = advantages.estimator_kwargs(cfg.advantage)
+    filter_kwargs = filters.filter_kwargs(cfg.filter)
     assert "name" not in adv_kwargs and "max_rollout_rounds" not in filter_kwargs
 
 
-def test_base_has_exactly_the_schema() -> None:
-    base = load_preset("base")
-    schema = algos.config.SCHEMA
-    assert set(base) == set(schema)
-    for key, rule in schema.items():
-        if isinstance(rule, dict):
-            assert set(base[key]) == set(rule), key
+# ------------------------------------------------------------------- one definition per key
+def _leaves(node: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_base_yaml_and_the_key_table_are_the_schema() -> None:
+    """configs/algo/base.yaml and docs/algorithms.md's key table are generated from the schema."""
+    assert (ALGO_DIR / "base.yaml").read_text() == schema.render_base_yaml(), "run python -m arl.algos --write"
+    assert schema.main(["--check"]) == 0, "run python -m arl.algos --write"
+    base = _leaves(load_preset("base"))
+    assert base == {path: f.default for path, f in schema.keys()}
+
+
+@pytest.mark.parametrize("name", [p for p in PRESETS if p != "base"])
+def test_presets_set_only_schema_keys(name: str) -> None:
+    preset = yaml.safe_load((ALGO_DIR / f"{name}.yaml").read_text())
+    preset.pop("defaults")
+    unknown = set(_leaves(preset)) - {path for path, _ in schema.keys()}
+    assert not unknown, f"{name}.yaml sets keys the schema does not define: {sorted(unknown)}"
+
+
+def _algo_callables():
+    """Every function and dataclass of arl.algos that takes algo settings."""
+    for module in (advantages, filters, kl, policy_losses, algos.objective, algos.aggregation, algos.diagnostics):
+        for value in vars(module).values():
+            if inspect.isfunction(value) and value.__module__ == module.__name__:
+                yield f"{module.__name__}.{value.__name__}", value
+            elif dataclasses.is_dataclass(value) and value.__module__ == module.__name__:
+                yield f"{module.__name__}.{value.__name__}", value
+
+
+def test_no_algo_key_has_a_second_default() -> None:
+    """A parameter named like an algo key (gamma, atol, clip_ratio_low, ...) takes its value from the
+    config: no function or dataclass of arl.algos gives it a default of its own."""
+    key_names = {path.rsplit(".", 1)[-1] for path, _ in schema.keys()} - {"name", "enabled"}
+    second = []
+    for where, fn in _algo_callables():
+        for param in inspect.signature(fn).parameters.values():
+            if param.name in key_names and param.default is not inspect.Parameter.empty:
+                second.append(f"{where}({param.name}={param.default!r})")
+    assert not second, f"defaults outside the schema: {second}"
+
+
+def test_every_setting_of_a_registered_function_is_a_key() -> None:
+    """The estimators and filters take data and schema keys, nothing else."""
+    for registry_, cls, data in (
+        (advantages.ESTIMATORS, schema.AdvantageConfig, advantages.DATA_KEYS),
+        (filters.FILTERS, schema.FilterConfig, filters.DATA_KEYS),
+    ):
+        for name in registry_.names():
+            settings = set(inspect.signature(registry_.get(name)).parameters) - set(data)
+            assert settings <= set(schema.key_names(cls)), (name, settings - set(schema.key_names(cls)))
+
+
+def test_a_disagreement_fails_the_check(tmp_path: Path, monkeypatch) -> None:
+    """The generated files are checked, not trusted: a stale base.yaml fails --check."""
+    stale = tmp_path / "base.yaml"
+    stale.write_text(schema.render_base_yaml().replace("gamma: 0.95", "gamma: 0.9"))
+    monkeypatch.setattr(schema, "BASE_YAML", stale)
+    assert schema.main(["--check"]) == 1
 
 
 def test_sampo_preset_values() -> None:
@@ -140,21 +201,22 @@ def test_sampo_preset_values() -> None:
     assert (algo["advantage"]["gamma"], algo["advantage"]["step_weight"]) == (0.95, 1.0)
     assert algo["kl"] == {"coef": 0.01, "estimator": "k3", "in_loss": True}
     assert algo["entropy_coeff"] == 0.001
-    name, kwargs = algos.advantage_kwargs_from_algo(algo)
-    assert name == "gigpo" and kwargs == {
+    cfg = algos.algo_config(algo).advantage
+    assert cfg.name == "gigpo" and advantages.estimator_kwargs(cfg) == {
         "gamma": 0.95,
         "step_weight": 1.0,
         "norm": "mean_norm",
         "invalid_penalty": -0.1,
+        "eps": 1e-6,
     }
 
 
 def test_seqmask_presets() -> None:
     for name, loss in (("cispo_seqmask", "cispo"), ("sapo_seqmask", "sapo")):
-        cfg = algos.objective_config_from_algo(load_preset(name))
-        assert cfg.loss_name == loss and cfg.seq_mask_delta == pytest.approx(3e-3)
-    cispo = algos.objective_config_from_algo(load_preset("cispo"))
-    assert (cispo.loss.clip_ratio_low, cispo.loss.clip_ratio_high, cispo.seq_mask_delta) == (1.0, 0.2, None)
+        cfg = algos.algo_config(load_preset(name))
+        assert cfg.loss.name == loss and cfg.seq_mask.enabled and cfg.seq_mask.delta == pytest.approx(3e-3)
+    cispo = algos.algo_config(load_preset("cispo"))
+    assert (cispo.loss.clip_ratio_low, cispo.loss.clip_ratio_high, cispo.seq_mask.enabled) == (1.0, 0.2, False)
 
 
 def test_presets_compose_with_hydra(tmp_path: Path) -> None:
@@ -173,7 +235,7 @@ def test_presets_compose_with_hydra(tmp_path: Path) -> None:
             assert algo == load_preset(name), name
             algos.validate_algo_config(cfg.algo)  # a DictConfig is accepted too
         cfg = hydra.compose(config_name="config", overrides=["algo=sampo", "algo.loss.agg=seq-mean-token-mean"])
-        assert algos.objective_config_from_algo(cfg.algo).loss_agg == "seq-mean-token-mean"
+        assert algos.algo_config(cfg.algo).loss.agg == "seq-mean-token-mean"
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -199,10 +261,13 @@ BAD_VALUES = [
     ("advantage.norm_by_std", None),
     ("advantage.cross_steps", "true"),
     ("advantage.invalid_penalty", 0.5),
+    ("advantage.eps", 0.0),
     ("filter.name", "dapo2"),
     ("filter.max_rollout_rounds", 0),
     ("filter.max_rollout_rounds", 2.5),
     ("filter.valid_ratio_threshold", 1.5),
+    ("filter.atol", -0.1),
+    ("filter.cold_start", -1),
     ("kl.coef", -0.01),
     ("kl.estimator", "k4"),
     ("kl.in_loss", "no"),
@@ -227,7 +292,7 @@ def test_validate_names_the_bad_key(key: str, value: Any) -> None:
         algos.validate_algo_config(algo)
     assert f"algo.{key}={value!r}" in str(err.value)
     with pytest.raises(ValueError):
-        algos.objective_config_from_algo(algo)
+        algos.algo_config(algo)
 
 
 def test_validate_message_lists_valid_names() -> None:
@@ -251,20 +316,14 @@ def test_validate_missing_and_unknown_keys() -> None:
         algos.validate_algo_config(with_value(load_preset("base"), "loss", "ppo_clip"))
 
 
-def test_objective_config_from_algo_switches() -> None:
+def test_algo_config_is_typed() -> None:
     algo = load_preset("base")
-    cfg = algos.objective_config_from_algo(algo)
-    assert cfg.seq_mask_delta is None and cfg.rollout_correction_cap is None
-    assert (cfg.kl_coef, cfg.kl_estimator, cfg.kl_in_loss, cfg.entropy_coeff) == (0.01, "k3", True, 0.001)
-    algo["seq_mask"]["enabled"] = True
-    algo["rollout_correction"]["enabled"] = True
-    cfg = algos.objective_config_from_algo(algo)
-    assert cfg.seq_mask_delta == pytest.approx(3e-3) and cfg.rollout_correction_cap == 2.0
-
-
-def test_filter_kwargs_from_algo() -> None:
-    algo = load_preset("base")
+    algo["loss"]["clip_ratio_c"] = 4  # an integer in yaml is a float key's value
     algo["filter"]["name"] = "stage_aware"
-    assert algos.filter_kwargs_from_algo(algo) == ("stage_aware", {"valid_ratio_threshold": 0.9})
-    algo["filter"]["name"] = "dapo"
-    assert algos.filter_kwargs_from_algo(algo) == ("dapo", {})
+    cfg = algos.algo_config(algo)
+    assert isinstance(cfg.loss.clip_ratio_c, float) and cfg.loss.clip_ratio_c == 4.0
+    assert (cfg.kl.coef, cfg.kl.estimator, cfg.kl.in_loss, cfg.entropy_coeff) == (0.01, "k3", True, 0.001)
+    assert filters.filter_kwargs(cfg.filter) == {"valid_ratio_threshold": 0.9, "atol": 0.0}
+    assert algos.algo_config(cfg) is cfg
+    changed = schema.replace(cfg, **{"loss.horizon": 64, "entropy_coeff": 0.0})
+    assert (changed.loss.horizon, changed.entropy_coeff, changed.loss.clip_ratio_c) == (64, 0.0, 4.0)

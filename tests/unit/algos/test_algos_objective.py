@@ -11,10 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.algos import aggregation
-from arl.algos.objective import ObjectiveConfig, actor_loss
-from arl.algos.policy_losses import PolicyLossConfig
+from arl.algos.objective import actor_loss
+from arl.algos.schema import AlgoConfig, replace
 
 F64 = torch.float64
+
+
+def algo(**changes) -> AlgoConfig:
+    """The schema's defaults without KL and entropy (each test turns on what it checks), with
+    dotted ``changes`` (``**{"kl.coef": 0.5}``)."""
+    return replace(AlgoConfig(), **{"kl.coef": 0.0, "entropy_coeff": 0.0, **changes})
 
 
 def t(values) -> torch.Tensor:
@@ -23,15 +29,11 @@ def t(values) -> torch.Tensor:
 
 def test_actor_loss_hand() -> None:
     """reinforce + seq mask (delta 0.1) + truncated IS (cap 2) + KL k1 (0.5) + entropy (0.1)."""
-    cfg = ObjectiveConfig(
-        loss_name="reinforce",
-        loss_agg="token-mean",
-        seq_mask_delta=0.1,
-        rollout_correction_cap=2.0,
-        kl_coef=0.5,
-        kl_estimator="k1",
-        entropy_coeff=0.1,
-    )
+    cfg = algo(**{
+        "loss.name": "reinforce", "loss.agg": "token-mean", "seq_mask.enabled": True, "seq_mask.delta": 0.1,
+        "rollout_correction.enabled": True, "rollout_correction.cap": 2.0, "kl.coef": 0.5, "kl.estimator": "k1",
+        "entropy_coeff": 0.1,
+    })  # fmt: skip
     log_prob = t([[-1.0, -1.0], [-2.0, -2.0]]).requires_grad_(True)
     old = t([[-1.0, -1.0], [-1.5, -1.5]])  # seq1 drifted by 0.5 > 0.1 and has A < 0: masked
     adv = t([[1.0, 1.0], [-1.0, -1.0]])
@@ -66,7 +68,7 @@ def test_actor_loss_hand() -> None:
 
 def test_actor_loss_kl_out_of_loss_and_defaults() -> None:
     lp = t([[-1.0, -2.0]]).requires_grad_(True)
-    cfg = ObjectiveConfig(kl_coef=0.5, kl_in_loss=False)
+    cfg = algo(**{"kl.coef": 0.5, "kl.in_loss": False})
     loss, m = actor_loss(lp, lp.detach(), t([[1.0, 1.0]]), torch.ones(1, 2), cfg, ref_log_prob=lp.detach() - 1)
     # ppo_clip on-policy: L = -A r = -1 per token, token-mean = -1; no KL, no entropy
     assert loss.item() == pytest.approx(-1.0)
@@ -76,13 +78,13 @@ def test_actor_loss_kl_out_of_loss_and_defaults() -> None:
 def test_actor_loss_missing_inputs() -> None:
     lp, mask, adv = t([[-1.0]]), torch.ones(1, 1), t([[1.0]])
     with pytest.raises(ValueError, match="ref_log_prob"):
-        actor_loss(lp, lp, adv, mask, ObjectiveConfig(kl_coef=0.1))
+        actor_loss(lp, lp, adv, mask, algo(**{"kl.coef": 0.1}))
     with pytest.raises(ValueError, match="rollout_log_prob"):
-        actor_loss(lp, lp, adv, mask, ObjectiveConfig(rollout_correction_cap=2.0))
+        actor_loss(lp, lp, adv, mask, algo(**{"rollout_correction.enabled": True}))
     with pytest.raises(ValueError, match="entropy"):
-        actor_loss(lp, lp, adv, mask, ObjectiveConfig(entropy_coeff=0.1))
+        actor_loss(lp, lp, adv, mask, algo(entropy_coeff=0.1))
     with pytest.raises(KeyError, match="valid: cispo, gspo, ppo_clip, reinforce, sapo"):
-        actor_loss(lp, lp, adv, mask, ObjectiveConfig(loss_name="nope"))
+        actor_loss(lp, lp, adv, mask, algo(**{"loss.name": "nope"}))
 
 
 @settings(max_examples=50, deadline=None)
@@ -109,15 +111,11 @@ def test_actor_loss_split_invariance(seed, b, length, mode, name, data) -> None:
         "rollout_log_prob": old + 0.1 * torch.randn(b, length, generator=g, dtype=F64),
         "entropy": torch.rand(b, length, generator=g, dtype=F64),
     }
-    cfg = ObjectiveConfig(
-        loss_name=name,
-        loss_agg=mode,
-        loss=PolicyLossConfig(0.1, 0.1),
-        seq_mask_delta=0.05,
-        rollout_correction_cap=1.5,
-        kl_coef=0.1,
-        entropy_coeff=0.01,
-    )
+    cfg = algo(**{
+        "loss.name": name, "loss.agg": mode, "loss.clip_ratio_low": 0.1, "loss.clip_ratio_high": 0.1,
+        "seq_mask.enabled": True, "seq_mask.delta": 0.05, "rollout_correction.enabled": True,
+        "rollout_correction.cap": 1.5, "kl.coef": 0.1, "entropy_coeff": 0.01,
+    })  # fmt: skip
     tokens, seqs = aggregation.normalisers(inputs["response_mask"])
 
     lp_full = lp.clone().requires_grad_(True)

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.algos import aggregation, policy_losses
-from arl.algos.policy_losses import PolicyLossConfig, sequence_mask, truncated_is_weights
+from arl.algos.policy_losses import sequence_mask, truncated_is_weights
+from arl.algos.schema import LossConfig
 
 F64 = torch.float64
 
@@ -31,7 +32,7 @@ def run(name: str, log_prob, old_log_prob, advantages, mask=None, cfg=None):
         old_log_prob=old,
         advantages=adv,
         response_mask=mask,
-        cfg=cfg or PolicyLossConfig(),
+        cfg=cfg or LossConfig(),
     )
     (loss_mat * mask).sum().backward()
     return loss_mat.detach(), log_prob.grad, metrics
@@ -58,7 +59,7 @@ def test_ppo_clip_hand() -> None:
 
 def test_ppo_clip_asymmetric_bounds_hand() -> None:
     # eps_low = 0.1, eps_high = 0.3 (DAPO's clip-higher shape): the range is [0.9, 1.3]
-    cfg = PolicyLossConfig(clip_ratio_low=0.1, clip_ratio_high=0.3)
+    cfg = LossConfig(clip_ratio_low=0.1, clip_ratio_high=0.3)
     ratios = [1.25, 1.4, 0.85, 0.95]
     adv = [1.0, 1.0, -1.0, -1.0]
     loss, grad, _ = run("ppo_clip", [[math.log(r) for r in ratios]], [[0.0] * 4], [adv], cfg=cfg)
@@ -72,7 +73,7 @@ def test_ppo_clip_asymmetric_bounds_hand() -> None:
 
 def test_ppo_clip_log_ratio_clamp_keeps_values_finite() -> None:
     # log r = 30 is clamped to 20: A=-1 with a huge dual-clip constant gives exp(20), grad 0
-    loss, grad, _ = run("ppo_clip", [[30.0]], [[0.0]], [[-1.0]], cfg=PolicyLossConfig(clip_ratio_c=1e12))
+    loss, grad, _ = run("ppo_clip", [[30.0]], [[0.0]], [[-1.0]], cfg=LossConfig(clip_ratio_c=1e12))
     assert loss.item() == pytest.approx(math.exp(20.0))
     assert grad.item() == 0.0
 
@@ -100,7 +101,7 @@ def test_gspo_hand() -> None:
 
 def test_gspo_log_ratio_clamped_at_10() -> None:
     # log s = 12 is clamped to 10: L = -A e^10 with A=-1 and no effective clip; grad 0
-    cfg = PolicyLossConfig(clip_ratio_high=1e9)
+    cfg = LossConfig(clip_ratio_high=1e9)
     loss, grad, _ = run("gspo", [[12.0]], [[0.0]], [[-1.0]], cfg=cfg)
     assert loss.item() == pytest.approx(math.exp(10.0))
     assert grad.item() == 0.0
@@ -108,7 +109,7 @@ def test_gspo_log_ratio_clamped_at_10() -> None:
 
 def test_cispo_hand() -> None:
     # eps_low = 1.0 (no lower bound), eps_high = 0.2; L = -sg(w) A log pi, grad = -w A
-    cfg = PolicyLossConfig(clip_ratio_low=1.0, clip_ratio_high=0.2)
+    cfg = LossConfig(clip_ratio_low=1.0, clip_ratio_high=0.2)
     log_prob = [-1.0, -2.0, -0.5]
     ratios = [1.5, 0.5, 1.0]
     old = [lp - math.log(r) for lp, r in zip(log_prob, ratios, strict=True)]
@@ -228,14 +229,14 @@ def policy_batch(draw):
 )
 def test_on_policy_gradient_equals_reinforce(batch, name, mode, eps_low, eps_high, tau_pos, tau_neg) -> None:
     log_prob, mask, adv = batch
-    cfg = PolicyLossConfig(clip_ratio_low=eps_low, clip_ratio_high=eps_high, tau_pos=tau_pos, tau_neg=tau_neg)
+    cfg = LossConfig(clip_ratio_low=eps_low, clip_ratio_high=eps_high, tau_pos=tau_pos, tau_neg=tau_neg)
 
     def grad_of(loss_name: str) -> torch.Tensor:
         lp = log_prob.clone().requires_grad_(True)
         loss_mat, _ = policy_losses.get(loss_name)(
             log_prob=lp, old_log_prob=log_prob, advantages=adv, response_mask=mask, cfg=cfg
         )
-        aggregation.agg_loss(loss_mat, mask, mode).backward()
+        aggregation.agg_loss(loss_mat, mask, mode, horizon=None).backward()
         return lp.grad
 
     torch.testing.assert_close(grad_of(name), grad_of("reinforce"))
@@ -272,9 +273,9 @@ def test_non_finite_padding_does_not_leak(name: str) -> None:
             old_log_prob=old_lp,
             advantages=t([[1.0, 1.0, 1.0]]),
             response_mask=mask,
-            cfg=PolicyLossConfig(),
+            cfg=LossConfig(),
         )
-        value = aggregation.agg_loss(loss_mat, mask, "seq-mean-token-mean")
+        value = aggregation.agg_loss(loss_mat, mask, "seq-mean-token-mean", horizon=None)
         value.backward()
         values.append((value.item(), metrics["ppo_kl"].item()))
     assert values[0] == pytest.approx(values[1])

@@ -15,6 +15,7 @@ import torch
 
 from arl.agent.records import Episode, Turn
 from arl.algos import filters
+from arl.algos.schema import FilterConfig
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.rollout.engine import SamplingParams
 from arl_testing import episode_returns
@@ -49,10 +50,9 @@ class ScriptedLoop:
 
 def _dm(script, filter_name="dapo", rounds=3, cold_start=0, fill=True, groups=4, valid=True):
     params = SamplingParams(temperature=1.0, max_new_tokens=4, stop=())
-    fn = filters.get(filter_name)
     return RolloutDataModule(
         ScriptedLoop(script, valid), iterations=10, groups_per_step=groups, group_size=2, sampling=params, val_sampling=params,
-        max_rollout_rounds=rounds, group_filter=lambda returns, group_ids, valid_ratio: fn(returns=returns, group_ids=group_ids, valid_ratio=valid_ratio),
+        max_rollout_rounds=rounds, group_filter=filters.group_filter(FilterConfig(name=filter_name)),
         filter_cold_start=cold_start, fill_last_round=fill, pad_id=0,
     )
 

@@ -1,0 +1,379 @@
+"""The ``algo`` config group, defined once: every key with its type, default, valid values and meaning.
+
+Each section is a frozen dataclass whose fields are settings (:func:`setting`): the default, one line
+of meaning and the check that validation applies. Everything else is derived from these classes:
+
+- :func:`validate_algo_config` checks a mapping (a dict or an OmegaConf ``DictConfig``) against
+  them and raises one ``ValueError`` naming every missing, unknown or invalid key;
+- :func:`algo_config` validates and returns the typed :class:`AlgoConfig` that the loss, the
+  estimators and the filters take (``cfg.loss.clip_ratio_low``, ``cfg.advantage.gamma``);
+- ``configs/algo/base.yaml`` is :func:`render_base_yaml`'s output, and the key table of
+  docs/algorithms.md is :func:`key_table`'s (``python -m arl.algos --write`` rewrites both;
+  tests fail when either differs). The presets beside base.yaml set values only;
+- the algorithm functions take these values without defaults of their own (a test checks it).
+
+Nothing here imports a config library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import textwrap
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arl.algos import advantages, aggregation, filters, kl, policy_losses
+
+
+# --------------------------------------------------------------------------------------------- checks
+@dataclass(frozen=True)
+class Check:
+    """A validation rule: ``problem(value)`` is None or what is wrong; ``rule`` says it for the docs."""
+
+    rule: str
+    problem: Callable[[Any], str | None]
+    cast: Callable[[Any], Any] = lambda value: value
+
+    def __call__(self, value: Any) -> str | None:
+        return self.problem(value)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def one_of(names: Callable[[], tuple[str, ...]]) -> Check:
+    """A name from ``names()`` (read when checking, so registries may grow)."""
+
+    def problem(value: Any) -> str | None:
+        choices = names()
+        if isinstance(value, str) and value in choices:
+            return None
+        return f"is not valid; valid: {', '.join(choices)}"
+
+    return Check(" \\| ".join(f"`{n}`" for n in names()), problem)
+
+
+def number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Check:
+    """A finite number in [low, high] (``low_open``: (low, high])."""
+
+    def problem(value: Any) -> str | None:
+        if not _is_number(value):
+            return "must be a finite number"
+        if low is not None and (value <= low if low_open else value < low):
+            return f"is out of range: must be {'>' if low_open else '>='} {low}"
+        if high is not None and value > high:
+            return f"is out of range: must be <= {high}"
+        return None
+
+    parts = ([f"{'>' if low_open else '>='} {low}"] if low is not None else []) + ([f"<= {high}"] if high is not None else [])
+    return Check("number " + " and ".join(parts) if parts else "number", problem, float)
+
+
+def integer(low: int) -> Check:
+    """An integer >= low (a bool is not one)."""
+
+    def problem(value: Any) -> str | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer"
+        return f"is out of range: must be >= {low}" if value < low else None
+
+    return Check(f"integer >= {low}", problem, int)
+
+
+def optional(check: Check) -> Check:
+    """``null`` or what ``check`` accepts."""
+
+    def problem(value: Any) -> str | None:
+        return None if value is None else check(value)
+
+    return Check(f"null or {check.rule}", problem, lambda value: None if value is None else check.cast(value))
+
+
+BOOLEAN = Check("`true` \\| `false`", lambda value: None if isinstance(value, bool) else "must be true or false")
+NON_EMPTY = Check("non-empty string", lambda value: None if isinstance(value, str) and value else "must be a non-empty string")
+
+
+def setting(default: Any, doc: str, check: Check) -> Any:
+    """A dataclass field that is a config key: its one default, its meaning and its check."""
+    return field(default=default, metadata={"doc": doc, "check": check})
+
+
+def section(cls: type, doc: str) -> Any:
+    """A dataclass field that is a nested block of keys."""
+    return field(default_factory=cls, metadata={"doc": doc, "section": cls})
+
+
+# ------------------------------------------------------------------------------------------- the schema
+@dataclass(frozen=True)
+class LossConfig:
+    """``algo.loss``: the policy loss, its aggregation and its clip / gate parameters."""
+
+    name: str = setting("ppo_clip", "policy loss", one_of(policy_losses.REGISTRY.names))
+    agg: str = setting("token-mean", "loss aggregation (docs/algorithms.md)", one_of(lambda: aggregation.AGG_MODES))
+    horizon: int | None = setting(
+        None,
+        "H of seq-mean-token-sum-norm, a constant (null: the generation budget, rollout.max_new_tokens; x env.max_turns "
+        "in trajectory mode), never the padded width of a micro-batch",
+        optional(integer(1)),
+    )
+    clip_ratio_low: float = setting(0.2, "eps_low: lower clip bound 1 - eps_low (ppo_clip, gspo, cispo)", number(0.0))
+    clip_ratio_high: float = setting(0.2, "eps_high: upper clip bound 1 + eps_high (ppo_clip, gspo, cispo)", number(0.0))
+    clip_ratio_c: float = setting(3.0, "dual-clip constant c > 1 for A < 0 (ppo_clip)", number(1.0, low_open=True))
+    tau_pos: float = setting(1.0, "SAPO gate temperature for A > 0", number(0.0, low_open=True))
+    tau_neg: float = setting(1.05, "SAPO gate temperature for A <= 0", number(0.0, low_open=True))
+
+
+@dataclass(frozen=True)
+class SeqMaskConfig:
+    """``algo.seq_mask``: sequence masking of drifted negative-advantage samples."""
+
+    enabled: bool = setting(False, "drop negative-advantage sequences whose ratio fell below exp(-delta)", BOOLEAN)
+    delta: float = setting(3.0e-3, "threshold on (1/|y|) sum_t (log pi_old - log pi)", number(0.0))
+
+
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """``algo.rollout_correction``: truncated importance weight against the rollout engine's policy."""
+
+    enabled: bool = setting(False, "truncated IS weight min(pi_old / pi_rollout, cap) on every token", BOOLEAN)
+    cap: float = setting(2.0, "truncation cap (>= 1)", number(1.0))
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """``algo.advantage``: the estimator and its settings (each estimator takes the keys it uses)."""
+
+    name: str = setting("grpo", "advantage estimator", one_of(advantages.ESTIMATORS.names))
+    gamma: float = setting(0.95, "gigpo: discount of the step returns", number(0.0, 1.0))
+    step_weight: float = setting(1.0, "gigpo: w in A = A_episode + w * A_step", number(0.0))
+    norm: str = setting(
+        "mean_norm", "gigpo: mean_norm (subtract the mean) | mean_std_norm (also divide by std)", one_of(lambda: advantages.NORM_MODES)
+    )
+    norm_by_std: bool = setting(True, "grpo: divide by the group std + eps", BOOLEAN)
+    cross_steps: bool = setting(
+        True, "grpo/rloo: statistics over every turn sample of the group (false: one per episode)", BOOLEAN
+    )
+    invalid_penalty: float = setting(
+        -0.1, "added to the score and step return of a turn whose action did not parse", number(None, 0.0)
+    )
+    eps: float = setting(1.0e-6, "grpo/gigpo: added to a std before dividing by it (the official 1e-6)", number(0.0, low_open=True))
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    """``algo.filter``: dynamic sampling (the filter and the DataModule's re-rollout schedule)."""
+
+    name: str = setting("none", "group filter", one_of(filters.FILTERS.names))
+    max_rollout_rounds: int = setting(3, "dapo/stage_aware: rollout rounds to fill the batch with kept groups", integer(1))
+    cold_start: int = setting(0, "iterations before the filter starts (official ALFWorld DAPO: 15)", integer(0))
+    fill_last_round: bool = setting(
+        True,
+        "the last round fills the batch with its other groups (non-constant first), as the official code; false "
+        "trains on the kept groups only",
+        BOOLEAN,
+    )
+    valid_ratio_threshold: float = setting(
+        0.9, "stage_aware: keep all-failure groups while the valid-format ratio is below this", number(0.0, 1.0)
+    )
+    atol: float = setting(0.0, "dapo/stage_aware: a group is constant when max - min of its returns <= atol", number(0.0))
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """``algo.kl``: the KL(policy || reference) penalty."""
+
+    coef: float = setting(0.01, "weight of the KL(policy || reference) penalty", number(0.0))
+    estimator: str = setting("k3", "KL estimator (low_var_kl: k3)", one_of(kl.ESTIMATORS.names))
+    in_loss: bool = setting(True, "true: add coef * KL to the loss; false: subtract it from the reward", BOOLEAN)
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """The whole ``algo`` group (GRPO-like defaults; the presets of configs/algo/ change some)."""
+
+    name: str = setting("grpo", "label of the recipe (run names, logs)", NON_EMPTY)
+    loss: LossConfig = section(LossConfig, "policy loss")
+    seq_mask: SeqMaskConfig = section(SeqMaskConfig, "sequence masking")
+    rollout_correction: RolloutCorrectionConfig = section(RolloutCorrectionConfig, "rollout correction")
+    advantage: AdvantageConfig = section(AdvantageConfig, "advantage")
+    filter: FilterConfig = section(FilterConfig, "dynamic sampling")
+    kl: KLConfig = section(KLConfig, "KL penalty")
+    entropy_coeff: float = setting(0.001, "entropy bonus: loss -= entropy_coeff * aggregated entropy", number())
+
+
+#: the keys of ``algo.filter`` that schedule the DataModule's re-rollout (not arguments of a filter)
+FILTER_SCHEDULE_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "cold_start", "fill_last_round")
+
+
+# ----------------------------------------------------------------------------------------- walking it
+def keys(cls: type = AlgoConfig, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+    """Every leaf key as ``(dotted path, field)``, in declaration order."""
+    for f in dataclasses.fields(cls):
+        if "section" in f.metadata:
+            yield from keys(f.metadata["section"], f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", f
+
+
+def key_names(cls: type) -> tuple[str, ...]:
+    """The key names of one section (``key_names(AdvantageConfig)``)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _is_mapping(x: Any) -> bool:
+    return isinstance(x, Mapping) or (hasattr(x, "keys") and hasattr(x, "__getitem__"))
+
+
+def _check(node: Any, cls: type, path: str, errors: list[str]) -> None:
+    if not _is_mapping(node):
+        errors.append(f"{path} must be a mapping, got {node!r}")
+        return
+    known = key_names(cls)
+    for key in node:
+        if key not in known:
+            errors.append(f"{path}.{key} is not a known key; valid keys: {', '.join(known)}")
+    for f in dataclasses.fields(cls):
+        where = f"{path}.{f.name}"
+        if f.name not in node:
+            errors.append(f"{where} is missing")
+        elif "section" in f.metadata:
+            _check(node[f.name], f.metadata["section"], where, errors)
+        else:
+            problem = f.metadata["check"](node[f.name])
+            if problem is not None:
+                errors.append(f"{where}={node[f.name]!r} {problem}")
+
+
+def validate_algo_config(algo: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming every missing, unknown, misspelt or invalid key of ``algo``
+    (the rules: the schema's checks, listed in docs/algorithms.md)."""
+    errors: list[str] = []
+    _check(algo, AlgoConfig, "algo", errors)
+    if errors:
+        raise ValueError("invalid algo config:\n  - " + "\n  - ".join(errors))
+
+
+def _build(cls: type, node: Any) -> Any:
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = node[f.name]
+        values[f.name] = _build(f.metadata["section"], value) if "section" in f.metadata else f.metadata["check"].cast(value)
+    return cls(**values)
+
+
+def algo_config(algo: Mapping[str, Any] | AlgoConfig) -> AlgoConfig:
+    """The validated, typed :class:`AlgoConfig` of an ``algo`` mapping (numbers cast to their type)."""
+    if isinstance(algo, AlgoConfig):
+        return algo
+    validate_algo_config(algo)
+    return _build(AlgoConfig, algo)
+
+
+def replace(cfg: Any, **changes: Any) -> Any:
+    """A copy of a config with dotted changes: ``replace(AlgoConfig(), **{"kl.coef": 0.0})``."""
+    nested: dict[str, dict[str, Any]] = {}
+    flat: dict[str, Any] = {}
+    for key, value in changes.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            nested.setdefault(head, {})[rest] = value
+        else:
+            flat[head] = value
+    for head, inner in nested.items():
+        flat[head] = replace(getattr(cfg, head), **inner)
+    return dataclasses.replace(cfg, **flat)
+
+
+# ----------------------------------------------------------------------------- the files derived from it
+COMMENT_COLUMN = 32
+BASE_YAML = Path(__file__).resolve().parents[3] / "configs" / "algo" / "base.yaml"
+ALGORITHMS_MD = Path(__file__).resolve().parents[3] / "docs" / "algorithms.md"
+TABLE_MARKERS = ("<!-- algo-keys:begin -->", "<!-- algo-keys:end -->")
+
+
+def yaml_scalar(value: Any) -> str:
+    """A default as YAML writes it (``1.0e-06``: PyYAML reads an exponent as a float only with a dot)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text and "." not in text.split("e")[0]:
+            mantissa, exponent = text.split("e")
+            text = f"{mantissa}.0e{exponent}"
+        return text
+    return str(value)
+
+
+def render_base_yaml() -> str:
+    """``configs/algo/base.yaml``: every key with its default and a comment."""
+    lines = [
+        "# GENERATED from src/arl/algos/schema.py by `python -m arl.algos --write`: every key of the algo",
+        "# group with its default (GRPO-like). Edit the schema, not this file. The other presets start from this",
+        "# file and set only what differs; docs/algorithms.md lists the valid values and the formulas.",
+    ]
+
+    def emit(cls: type, indent: str) -> None:
+        after_section = False
+        for f in dataclasses.fields(cls):
+            if "section" in f.metadata:
+                lines.extend(["", f"{indent}{f.name}:"])
+                emit(f.metadata["section"], indent + "  ")
+                after_section = True
+                continue
+            if after_section:
+                lines.append("")
+                after_section = False
+            head = f"{indent}{f.name}: {yaml_scalar(f.default)}"
+            width = 118 - COMMENT_COLUMN - 2
+            doc = textwrap.wrap(f.metadata["doc"], width) or [""]
+            lines.append(f"{head:<{COMMENT_COLUMN - 1}} # {doc[0]}".rstrip())
+            lines.extend(f"{'':<{COMMENT_COLUMN - 1}} # {more}" for more in doc[1:])
+
+    emit(AlgoConfig, "")
+    return "\n".join(lines) + "\n"
+
+
+def key_table() -> str:
+    """The markdown table of every ``algo`` key (docs/algorithms.md)."""
+    rows = ["| key | default | valid | meaning |", "|---|---|---|---|"]
+    for path, f in keys():
+        meaning = f.metadata["doc"].replace("|", "\\|")
+        rows.append(f"| `algo.{path}` | `{yaml_scalar(f.default)}` | {f.metadata['check'].rule} | {meaning} |")
+    return "\n".join(rows)
+
+
+def _with_table(text: str) -> str:
+    begin, end = TABLE_MARKERS
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{key_table()}\n{end}{tail}"
+
+
+def main(argv: list[str]) -> int:
+    """``--write``: rewrite base.yaml and the docs' key table; ``--check``: exit 1 when either differs;
+    no argument: print base.yaml."""
+    if not argv:
+        print(render_base_yaml(), end="")
+        return 0
+    doc = ALGORITHMS_MD.read_text()
+    wanted = {BASE_YAML: render_base_yaml(), ALGORITHMS_MD: _with_table(doc)}
+    stale = [p for p, text in wanted.items() if p.read_text() != text]
+    if argv[0] == "--write":
+        for path in stale:
+            path.write_text(wanted[path])
+            print(f"wrote {path}")
+        return 0
+    for path in stale:
+        print(f"{path} differs from the schema: run python -m arl.algos --write", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
