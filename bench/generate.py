@@ -40,7 +40,7 @@ def load(model: str):
     from arl.models.loading import load_policy
 
     if model == "tiny":
-        from arl.builders import tiny_model
+        from arl.run.builders import tiny_model
 
         model = tiny_model()
     return load_policy(model)

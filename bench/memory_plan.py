@@ -98,7 +98,7 @@ def reset_high_water() -> None:
 
 def model_folder(name: str) -> Path:
     if name == "tiny":
-        from arl.builders import tiny_model
+        from arl.run.builders import tiny_model
 
         return tiny_model()
     from arl.models.smollm2 import ensure_smollm2

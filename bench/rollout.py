@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from arl.agent.loop import AgentLoop, Task
-from arl.builders import tiny_model
+from arl.run.builders import tiny_model
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names
 from arl.models.loading import load_policy

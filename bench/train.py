@@ -47,7 +47,7 @@ from rich.table import Table
 
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.samples import build_samples, collate_tokens
-from arl.builders import tiny_model
+from arl.run.builders import tiny_model
 from arl.datamodules.batches import micro_batches
 from arl.models.tiny import TinyConfig, build_model
 from arl.modules.forward import forward_log_probs

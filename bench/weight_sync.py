@@ -64,7 +64,7 @@ class PeakRSS:
 
 
 def _models():
-    from arl.builders import tiny_model
+    from arl.run.builders import tiny_model
     from arl.models.loading import load_policy
 
     yield "tiny", lambda: load_policy(tiny_model())

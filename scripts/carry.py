@@ -10,7 +10,7 @@ is large and rebuilt:
   a BC run's ``bc_policy_hf`` (the start of the RL runs), and ``checkpoints/last.ckpt`` of each run
   that has not finished: weights, optimiser and RNG states, from which the run goes on exactly;
 * left out: the checkpoints of finished runs (``rl_results.json`` marks them done when it records
-  the iterations the run's config asks for, see ``arl.resume.finished_results``), best-iteration
+  the iterations the run's config asks for, see ``arl.run.resume.finished_results``), best-iteration
   checkpoints (their name goes to ``best_checkpoint.txt``), RL runs' ``policy_hf`` unless
   ``--policies`` (to evaluate the final policies again later), BC datasets, and other files larger
   than ``--max-mb``. A policy folder and a ``last.ckpt`` (a file, or a folder of shards) are carried

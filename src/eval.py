@@ -34,7 +34,7 @@ def main(cfg: DictConfig) -> float:
     from arl.utils.threads import configure_threads
 
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
-    from arl.evaluation import evaluate_from_config
+    from arl.run.evaluation import evaluate_from_config
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if ckpt.is_dir() and (ckpt / "meta.pt").exists():  # a sharded (distributed) Lightning checkpoint

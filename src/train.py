@@ -2,7 +2,7 @@
 
 Composes the Hydra config, validates it and checks that this machine has what it needs (a GPU,
 vLLM, the model folder) and, for a run on a GPU, that the memory plan fits (``src/plan.py``,
-``plan.check``) before anything heavy is built, and hands it to ``arl.pipeline.train``.
+``plan.check``) before anything heavy is built, and hands it to ``arl.run.pipeline.train``.
 Returns the optimised metric for Hydra sweepers. ``explain=<key>`` prints which config files
 and overrides set that key, in merge order, and stops. ``dry_run=true`` stops after those checks
 (and after resolving ``ckpt_path``), printing what the run would be: every job of a multirun
@@ -30,7 +30,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
-    from arl.config import check_machine, validate_config
+    from arl.run.checks import check_machine, validate_config
     from arl.plan import startup_check
     from arl.utils.config import ConfigError
     from arl.utils.threads import configure_threads
@@ -47,7 +47,7 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     try:
         return train(cfg)["optimized_metric"]
@@ -75,7 +75,7 @@ def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
     valid for this machine)."""
     from omegaconf import OmegaConf
 
-    from arl.resume import finished_results, resolve_ckpt_path
+    from arl.run.resume import finished_results, resolve_ckpt_path
 
     c = OmegaConf.to_container(cfg, resolve=True)
     if finished_results(c) is not None:

@@ -26,7 +26,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def tiny_path() -> Path:
-    from arl.builders import tiny_model
+    from arl.run.builders import tiny_model
 
     return tiny_model()
 

@@ -179,13 +179,44 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     """(Setup, where the capacity comes from, notes) of a resolved config dict ``c``."""
     notes: list[str] = []
     trainer, model, rollout, rl = c["trainer"], c["model"], c["rollout"], c["rl"]
-    plan_cfg = c.get("plan") or {}
     accelerator = str(trainer.get("accelerator", "cpu"))
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and machine.gpus > 0)
     devices = _devices(trainer, machine, on_gpu, notes)
     nodes = int(trainer.get("num_nodes", 1) or 1)
-    world = devices * nodes
-    strategy = _strategy(trainer, world)
+    strategy = _strategy(trainer, devices * nodes)
+    shards, master, compute, checkpointing = _training_terms(trainer, model, strategy, devices * nodes)
+    lora = model.get("lora") or {}
+    targets = lora.get("target_modules") or ()
+    targets = targets if isinstance(targets, str) else tuple(targets)
+    vllm_bytes, max_model_len, kv_bytes = _vllm_terms(rollout, arch, on_gpu)
+    vcfg = rollout.get("vllm") or {}
+    capacity, source = _capacity(c.get("plan") or {}, on_gpu, machine, devices)
+    setup = Setup(
+        device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
+        compute=compute, lora_rank=int(lora.get("r", 16)) if lora.get("enabled") else None,
+        lora_targets=targets or Setup.lora_targets, reference=float(c["algo"]["kl"]["coef"]) > 0,
+        checkpointing=checkpointing, tokens=int(rl["micro_token_budget"]),
+        row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
+        vllm_utilization=float(vcfg.get("gpu_memory_utilization", 0.5)),
+        vllm_sleep=bool(vcfg.get("enable_sleep_mode")) and on_gpu,
+        vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
+        vllm_max_model_len=max_model_len, hf_rows=int(rollout.get("max_batch_size", 64)),
+        hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),
+        capacity_bytes=capacity, device_total_bytes=capacity,
+    )
+    if on_gpu:
+        notes.append(host_note(arch, setup, devices))
+    if setup.engine == "vllm" and on_gpu and not setup.vllm_kv_cache_bytes:
+        need = vllm_minimum_bytes(arch, setup)
+        if setup.vllm_utilization * setup.device_total_bytes < need:
+            notes.append(f"vLLM's share ({setup.vllm_utilization:g} x {setup.device_total_bytes / GIB:.1f} GiB) is "
+                         f"below the {need / GIB:.1f} GiB its weights and one {max_model_len}-token sequence need: "
+                         "it will not start")
+    return setup, source, notes
+
+
+def _training_terms(trainer: Mapping[str, Any], model: Mapping[str, Any], strategy: str, world: int) -> tuple[int, int, str, bool]:
+    """(shards, bytes per master weight, compute precision, activation checkpointing) of the trainer."""
     sharding = trainer.get("sharding") or {}
     shards = 1
     if strategy == "fsdp2":
@@ -205,11 +236,11 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         compute = "half" if strategy == "fsdp" else "autocast"
     checkpointing = bool(sharding.get("activation_checkpointing")) if strategy in ("fsdp2", "fsdp") else bool(
         model.get("gradient_checkpointing"))
-    lora = model.get("lora") or {}
-    lora_rank = int(lora.get("r", 16)) if lora.get("enabled") else None
-    targets = lora.get("target_modules") or ()
-    targets = targets if isinstance(targets, str) else tuple(targets)
-    engine = str(rollout["engine"])
+    return shards, master, compute, checkpointing
+
+
+def _vllm_terms(rollout: Mapping[str, Any], arch: Architecture, on_gpu: bool) -> tuple[int, int, Any]:
+    """(bytes per vLLM weight, max_model_len, KV-cache bytes or None) of the rollout engine."""
     vcfg = rollout.get("vllm") or {}
     row_tokens = int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"])
     vllm_dtype = str(vcfg.get("dtype") or "auto")
@@ -218,7 +249,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     vllm_bytes = 4 if vllm_dtype in ("float32", "float") or (vllm_dtype == "auto" and not on_gpu) else 2
     max_model_len = int(vcfg.get("max_model_len") or row_tokens)
     kv_bytes = vcfg.get("kv_cache_memory_bytes")
-    if engine == "vllm" and not on_gpu and kv_bytes is None:
+    if str(rollout["engine"]) == "vllm" and not on_gpu and kv_bytes is None:
         from types import SimpleNamespace
 
         from arl.rollout.vllm_engine import kv_cache_bytes
@@ -226,39 +257,21 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         shape = SimpleNamespace(num_hidden_layers=arch.layers, num_key_value_heads=arch.kv_heads,
                                 head_dim=arch.head_dim, num_attention_heads=arch.heads, hidden_size=arch.hidden)
         kv_bytes = kv_cache_bytes(shape, max_model_len, int(rollout.get("max_batch_size", 64)), vllm_bytes)
+    return vllm_bytes, max_model_len, kv_bytes
+
+
+def _capacity(plan_cfg: Mapping[str, Any], on_gpu: bool, machine: Machine, devices: int) -> tuple[int, str]:
+    """(bytes one process may use, where that number comes from)."""
     if plan_cfg.get("gpu_memory_gb") is not None:
-        capacity = int(float(plan_cfg["gpu_memory_gb"]) * GIB)
-        source = f"plan.gpu_memory_gb={plan_cfg['gpu_memory_gb']}"
-    elif on_gpu and machine.gpus:
-        capacity, source = machine.gpu_bytes, f"the visible {machine.gpu_name}"
-    elif on_gpu:
-        capacity, source = DEFAULT_GPU_GB * GIB, f"no GPU visible: {DEFAULT_GPU_GB} GiB assumed, set plan.gpu_memory_gb"
-    else:
-        per_host = devices  # the processes of one node share its memory
-        capacity = machine.host_bytes // max(per_host, 1)
-        source = f"this machine's {machine.host_bytes / GIB:.1f} GiB RAM"
-        source += f" / {per_host} processes" if per_host > 1 else ""
-    setup = Setup(
-        device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
-        compute=compute, lora_rank=lora_rank, lora_targets=targets or Setup.lora_targets,
-        reference=float(c["algo"]["kl"]["coef"]) > 0,
-        checkpointing=checkpointing, tokens=int(rl["micro_token_budget"]), row_tokens=row_tokens, engine=engine,
-        vllm_utilization=float(vcfg.get("gpu_memory_utilization", 0.5)),
-        vllm_sleep=bool(vcfg.get("enable_sleep_mode")) and on_gpu,
-        vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
-        vllm_max_model_len=max_model_len, hf_rows=int(rollout.get("max_batch_size", 64)),
-        hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),
-        capacity_bytes=capacity, device_total_bytes=capacity,
-    )
+        return int(float(plan_cfg["gpu_memory_gb"]) * GIB), f"plan.gpu_memory_gb={plan_cfg['gpu_memory_gb']}"
+    if on_gpu and machine.gpus:
+        return machine.gpu_bytes, f"the visible {machine.gpu_name}"
     if on_gpu:
-        notes.append(host_note(arch, setup, devices))
-    if engine == "vllm" and on_gpu and not setup.vllm_kv_cache_bytes:
-        need = vllm_minimum_bytes(arch, setup)
-        if setup.vllm_utilization * setup.device_total_bytes < need:
-            notes.append(f"vLLM's share ({setup.vllm_utilization:g} x {setup.device_total_bytes / GIB:.1f} GiB) is "
-                         f"below the {need / GIB:.1f} GiB its weights and one {max_model_len}-token sequence need: "
-                         "it will not start")
-    return setup, source, notes
+        return DEFAULT_GPU_GB * GIB, f"no GPU visible: {DEFAULT_GPU_GB} GiB assumed, set plan.gpu_memory_gb"
+    per_host = devices  # the processes of one node share its memory
+    source = f"this machine's {machine.host_bytes / GIB:.1f} GiB RAM"
+    source += f" / {per_host} processes" if per_host > 1 else ""
+    return machine.host_bytes // max(per_host, 1), source
 
 
 def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:

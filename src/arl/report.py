@@ -678,7 +678,6 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if not r.bc_only]  # their steps are not RL iterations
@@ -686,39 +685,14 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     groups = settings(runs)
     written = []
     for stem, (title, tags) in PLOTS.items():
-        if stem == "kl":
-            present = [t for t in ("actor/kl_loss", "actor/ppo_kl") if any(t in r.scalars for r in runs)]
-            tags = present[:1]
-        # a panel only for what some run measured, and not for a feature that was off (all zeros)
-        tags = [t for t in tags if any(v for r in runs for _, v in r.scalars.get(t, []) if not math.isnan(v))]
+        tags = _plotted_tags(stem, tags, runs)
         if not tags:
             continue
         ncols = min(2, len(tags))
         nrows = -(-len(tags) // ncols)
         fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 3.6 * nrows + 0.6), squeeze=False)
         for ax, tag in zip(axes.flat, tags):
-            window = SMOOTH.get(tag, 1)
-            drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
-            for name, members in groups.items():
-                banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name, window, drawn)
-                for r in members:
-                    series = smooth(r.scalars.get(tag, []), window)
-                    if series:
-                        steps, values = zip(*series)
-                        drawn += [v for v in values if math.isfinite(v)]
-                        colour, style = styles[r.label]
-                        ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3,
-                                lw=0.8 if banded else 1.4, alpha=0.45 if banded else 1.0,
-                                label=None if banded else r.label, color=colour, linestyle=style)
-            if drawn:
-                lo, hi = min(drawn), max(drawn)
-                pad = 0.08 * (hi - lo) or 0.05 * abs(hi) or 0.05
-                ax.set_ylim(lo - pad, hi + pad)
-            name = tag if len(PLOTS[stem][1]) > 1 else title
-            ax.set_title(name + (f" (moving average of {window} iterations)" if window > 1 else ""), fontsize=10)
-            ax.set_xlabel("iteration")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # round ticks: 0, 10, 20, not 0, 8, 16
-            ax.grid(alpha=0.3)
+            _draw_panel(ax, stem, title, tag, groups, styles)
         handles, labels = axes.flat[0].get_legend_handles_labels()
         legend = None
         if handles:  # below the panels; the saved figure grows to hold it (bbox_inches="tight")
@@ -731,6 +705,46 @@ def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def _plotted_tags(stem: str, tags: list[str], runs: list[Run]) -> list[str]:
+    """The tags of plot ``stem`` that get a panel: those some run measured with a value other than
+    zero; for ``kl`` only the first KL tag any run logged."""
+    if stem == "kl":
+        present = [t for t in ("actor/kl_loss", "actor/ppo_kl") if any(t in r.scalars for r in runs)]
+        tags = present[:1]
+    # a panel only for what some run measured, and not for a feature that was off (all zeros)
+    return [t for t in tags if any(v for r in runs for _, v in r.scalars.get(t, []) if not math.isnan(v))]
+
+
+def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]], styles: dict[str, tuple]) -> None:
+    """Panel ``tag`` of plot ``stem`` on ``ax``: every run's curve (smoothed per :data:`SMOOTH`),
+    thin under its setting's mean and 95 % band where the setting has several seeds, the y range
+    fitted to the lines, titled with the tag (several panels) or the plot's ``title``."""
+    from matplotlib.ticker import MaxNLocator
+
+    window = SMOOTH.get(tag, 1)
+    drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
+    for name, members in groups.items():
+        banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name, window, drawn)
+        for r in members:
+            series = smooth(r.scalars.get(tag, []), window)
+            if series:
+                steps, values = zip(*series)
+                drawn += [v for v in values if math.isfinite(v)]
+                colour, style = styles[r.label]
+                ax.plot(steps, values, marker="o" if len(series) < 12 else None, ms=3,
+                        lw=0.8 if banded else 1.4, alpha=0.45 if banded else 1.0,
+                        label=None if banded else r.label, color=colour, linestyle=style)
+    if drawn:
+        lo, hi = min(drawn), max(drawn)
+        pad = 0.08 * (hi - lo) or 0.05 * abs(hi) or 0.05
+        ax.set_ylim(lo - pad, hi + pad)
+    name = tag if len(PLOTS[stem][1]) > 1 else title
+    ax.set_title(name + (f" (moving average of {window} iterations)" if window > 1 else ""), fontsize=10)
+    ax.set_xlabel("iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # round ticks: 0, 10, 20, not 0, 8, 16
+    ax.grid(alpha=0.3)
 
 
 def _band(ax, members: list[Run], tag: str, colour, name: str, window: int = 1, drawn: list[float] | None = None) -> bool:

@@ -17,7 +17,7 @@ SMALL = ["debug=cpu_small", "bc.episodes=80", "bc.epochs=1", "rollout.val_episod
 
 @pytest.fixture(scope="module")
 def bc_run(tmp_path_factory):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out = tmp_path_factory.mktemp("bc")
     # a near-greedy bootstrap with no return threshold keeps every fully valid episode, so the
@@ -52,7 +52,7 @@ def test_bc_stage_writes_dataset_policy_and_results(bc_run, tiny):
 def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
     """model.init_from skips BC; the validation before RL replays the BC run's validation (the same
     seeds sample the same episodes; torchmetrics sums in float32)."""
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out, results = bc_run
     cfg = compose(["experiment=sokoban", "algo=grpo", *SMALL, f"model.init_from={out / 'bc_policy_hf'}", "rl.iterations=1",
@@ -65,7 +65,7 @@ def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
 
 
 def test_bc_from_a_saved_dataset_trains_on_its_episodes(bc_run, tmp_path):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out, results = bc_run
     cfg = compose(["experiment=bc_sokoban", *SMALL, f"bc.dataset_path={out / 'bc_dataset.jsonl'}",
@@ -79,13 +79,13 @@ def test_bc_from_a_saved_dataset_trains_on_its_episodes(bc_run, tmp_path):
 def test_a_run_stopped_during_sft_keeps_its_expert_data(tmp_path, monkeypatch, tiny):
     """The dataset is written before each SFT round, so a run stopped in a long round (here the
     round raises, as a kill would stop it) leaves the collected episodes to continue from."""
-    import arl.bc_stage
-    from arl.pipeline import train
+    import arl.run.bc_stage
+    from arl.run.pipeline import train
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt("stopped during SFT")
 
-    monkeypatch.setattr(arl.bc_stage, "_fit_bc_round", stopped)
+    monkeypatch.setattr(arl.run.bc_stage, "_fit_bc_round", stopped)
     cfg = compose(["experiment=bc_sokoban", *SMALL, "bc.episodes=12", "bc.val_untrained=false"], output_dir=str(tmp_path))
     with pytest.raises(KeyboardInterrupt):
         train(cfg)
@@ -99,7 +99,7 @@ def test_the_cloned_policy_is_saved_before_the_engine_takes_it(tmp_path, monkeyp
     memory waking up) loses no SFT: bc_policy_hf is written before the sync, and it holds the
     trained weights, not the untrained ones."""
     from arl.models.loading import load_policy
-    from arl.pipeline import train
+    from arl.run.pipeline import train
     from arl.rollout.hf_engine import HFEngine
 
     def out_of_memory(self, policy):
@@ -116,13 +116,13 @@ def test_the_cloned_policy_is_saved_before_the_engine_takes_it(tmp_path, monkeyp
 
 
 def _tiny_folder():
-    from arl.builders import tiny_model
+    from arl.run.builders import tiny_model
 
     return tiny_model()
 
 
 def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out, _ = bc_run
     cfg = compose(["experiment=bc_math_tool", *SMALL, f"bc.dataset_path={out / 'bc_dataset.jsonl'}",
@@ -133,7 +133,7 @@ def test_a_dataset_of_another_env_is_refused_before_training(bc_run, tmp_path):
 
 def test_bc_in_trajectory_mode_keeps_one_stream_per_episode(tmp_path, tiny):
     """Trajectory samples: the dataset records the mode, and its turns are continuations of one stream."""
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     _, tok = tiny
     cfg = compose(["experiment=bc_sokoban", *SMALL, "rollout.sample_mode=trajectory", "bc.val_untrained=false",
@@ -167,7 +167,7 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     from arl.agent.experts import expert_path
     from arl.agent.loop import Task
     from arl.bc import relabel
-    from arl.builders import build_agent_loop
+    from arl.run.builders import build_agent_loop
     from arl.envs.registry import make_env
     from arl.envs.sokoban.expert import expert_response
     from arl.models.loading import load_policy
@@ -209,7 +209,7 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
 def test_dagger_rounds_join_the_dataset_and_retrain(bc_run, tmp_path, tiny):
     """Continue a BC run with DAgger: bc.epochs=0 trains nothing before the rounds; each round's
     labelled episodes join the data (source "dagger"), and the next fit trains on all of it."""
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out, results = bc_run
     _, tok = tiny
@@ -234,7 +234,7 @@ def test_zero_bc_epochs_keep_the_given_policy(bc_run, tmp_path):
     """bc.epochs=0 without later rounds: the saved policy is the given one, weight for weight."""
     from safetensors.torch import load_file
 
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out, _ = bc_run
     cfg = compose(["experiment=bc_sokoban", *SMALL, f"model.path={out / 'bc_policy_hf'}",

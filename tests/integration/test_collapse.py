@@ -48,7 +48,7 @@ class Record(Callback):
 def test_rollback_restores_the_last_good_state_and_continues(tmp_path, tiny_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     cfg = compose(
         ["debug=smoke", "bc.enabled=false", "rl.iterations=4", "rl.val_every=4", "rollout.val_episodes=2",

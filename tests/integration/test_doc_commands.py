@@ -261,8 +261,8 @@ def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
     (0, "") or (2, the start-up message)."""
     from omegaconf import OmegaConf
 
-    from arl.config import check_machine, validate_config
-    from arl.resume import resolve_ckpt_path
+    from arl.run.checks import check_machine, validate_config
+    from arl.run.resume import resolve_ckpt_path
     from arl.utils.config import ConfigError
     from arl_testing import compose
 

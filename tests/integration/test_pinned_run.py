@@ -36,7 +36,7 @@ class Keep(Callback):
 
 def _run(tmp_path) -> dict:
     from arl.models.loading import load_policy
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     keep = Keep()
     cfg = compose(["debug=smoke", "seed=3", "bc.episodes=120", "bc.epochs=2", "env.kwargs.prompt_style=compact", "rl.iterations=2", "rl.val_every=2",

@@ -1,4 +1,4 @@
-"""Every recipe trains, end to end: the real pipeline (``arl.pipeline.train``), the real Sokoban env
+"""Every recipe trains, end to end: the real pipeline (``arl.run.pipeline.train``), the real Sokoban env
 and agent loop, the tiny model cloned on expert play, the rollout DataModule with its filter, a
 real Lightning Trainer. Each run is one or two RL iterations on a few groups (seconds each).
 
@@ -35,7 +35,7 @@ def _one_thread():
 def cloned(tmp_path_factory):
     """A Sokoban policy cloned on 160 expert episodes: it answers in the format and solves some
     levels, so groups of 4 have both outcomes (about 15 s)."""
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out = tmp_path_factory.mktemp("bc")
     cfg = compose(["experiment=bc_sokoban", "debug=cpu_small", "bc.episodes=160", "bc.epochs=2", "bc.val_untrained=false",
@@ -57,7 +57,7 @@ class Record(Callback):
 
 
 def _train(cloned, tmp_path, overrides):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     rec = Record()
     cfg = compose([*RUN, f"model.init_from={cloned}", *overrides], output_dir=str(tmp_path))

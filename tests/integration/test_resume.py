@@ -49,7 +49,7 @@ def _cli(args: list[str], log_dir: Path, timeout: int = 600, flags: tuple[str, .
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, tiny_path):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     straight_dir = tmp_path_factory.mktemp("straight")
     with sh.one_thread():  # as the subprocesses: the same float arithmetic, bit for bit
@@ -172,7 +172,7 @@ def test_a_finished_run_trained_on_drops_its_old_record(tmp_path, tiny_path):
     or to scripts/carry.py), and the run's end writes the new one whole."""
     import lightning as L
 
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out = tmp_path / "run"
     out.mkdir()

@@ -34,7 +34,7 @@ def _scalar_tags(folder: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     out = tmp_path_factory.mktemp("smoke")
     cfg = compose(["debug=smoke", "rollout.max_new_tokens=16", "algo.filter.name=none"], output_dir=str(out))
@@ -74,7 +74,7 @@ def test_trajectory_mode_with_env_workers_trains(tmp_path):
     """One RL iteration with one sample per episode and environments in two worker processes."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     cfg = compose(
         ["debug=smoke", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
@@ -100,7 +100,7 @@ def test_validation_reports_success_per_task_type(tmp_path):
     episodes, each a rate, and the overall rate within their range."""
     from arl.datamodules.rollout_datamodule import val_task_seeds
     from arl.envs.registry import make_env
-    from arl.pipeline import train
+    from arl.run.pipeline import train
     from scale_helpers import tb_scalars
 
     episodes = 8

@@ -50,7 +50,7 @@ def test_smollm2_one_rl_iteration(tmp_path):
     from transformers import AutoTokenizer
 
     from arl.models.smollm2 import DEFAULT_SYSTEM_PROMPT
-    from arl.pipeline import train
+    from arl.run.pipeline import train
 
     cfg = compose(
         [

@@ -37,7 +37,7 @@ def _one_thread():
 
 
 def _base_model():
-    from arl.builders import load_model
+    from arl.run.builders import load_model
 
     model, tok, _ = load_model(OmegaConf.to_container(compose([]).model, resolve=True))
     return model, tok

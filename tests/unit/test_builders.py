@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from arl.config import validate_config
+from arl.run.checks import validate_config
 from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, compose
 
 
 def test_kl_coef_zero_builds_no_reference(tiny):
-    from arl.builders import build_rl_module
+    from arl.run.builders import build_rl_module
 
     model, tok = tiny
     assert build_rl_module(compose(["algo.kl.coef=0"]), model, tok).reference is None
@@ -34,7 +34,7 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-    from arl.builders import build_strategy, container
+    from arl.run.builders import build_strategy, container
     from arl.utils.fsdp import ShardingConfigError
 
     model, _ = tiny

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from arl.config import validate_config
+from arl.run.checks import validate_config
 from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, ROOT, compose, needs_smollm2
 
@@ -407,7 +407,7 @@ def test_per_method_clips_of_the_official_scripts():
 
 
 def test_validation_samples_as_the_paper_and_greedy_is_an_option():
-    from arl.builders import sampling_params
+    from arl.run.builders import sampling_params
 
     c = compose([])
     params = sampling_params(c.rollout, validation=True)
@@ -433,7 +433,7 @@ def test_protocol_keys_are_validated(override, message):
 
 
 def test_the_transformers_engine_takes_its_kv_cache_from_the_config(tiny):
-    from arl.builders import build_engine, container
+    from arl.run.builders import build_engine, container
 
     model, tok = tiny
     assert build_engine(container(compose([]))["rollout"], model, tok).cache == "static"
@@ -446,7 +446,7 @@ def test_rollout_old_log_probs_refuse_the_rollout_correction():
 
 
 def test_the_horizon_is_the_generation_budget():
-    from arl.builders import container, loss_horizon
+    from arl.run.builders import container, loss_horizon
 
     assert loss_horizon(container(compose(["rollout.max_new_tokens=24"]))) == 24
     assert loss_horizon(container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
@@ -464,7 +464,7 @@ def test_the_horizon_is_the_generation_budget():
     (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
 ])
 def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
-    from arl.builders import container, reuse_rollout_log_probs
+    from arl.run.builders import container, reuse_rollout_log_probs
 
     assert reuse_rollout_log_probs(container(compose(overrides))) is reuse
 
@@ -498,7 +498,7 @@ def test_config_tests_skip_without_the_smollm2_extra(tmp_path):
 @pytest.mark.parametrize("overrides", [["trainer=gpu"], ["trainer=fsdp2"], ["experiment=sampo_alfworld"],
                                        ["trainer=ddp", "trainer.accelerator=gpu"]])
 def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
-    from arl.config import check_machine
+    from arl.run.checks import check_machine
 
     cfg = compose(overrides)
     validate_config(cfg)  # the config itself is fine
@@ -509,7 +509,7 @@ def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_without_the_package_says_how_to_get_it():
-    from arl.config import check_machine
+    from arl.run.checks import check_machine
 
     with pytest.raises(ConfigError, match=r"rollout=vllm needs the vllm package.*pip install 'arl\[vllm\]'"):
         check_machine(compose(["rollout=vllm"]))
@@ -523,7 +523,7 @@ def test_vllm_without_the_package_says_how_to_get_it():
     ("env=alfworld env.kwargs.games=/nope/my_games", "env.kwargs.games: '/nope/my_games' does not exist"),
 ])
 def test_missing_folders_and_files_say_so(override, message):
-    from arl.config import check_machine
+    from arl.run.checks import check_machine
 
     base = ["model=hf"] if override.startswith("model.path") else ["env=math_tool"] if override.startswith("env.") else []
     cfg = compose([*base, *override.split()])
@@ -533,7 +533,7 @@ def test_missing_folders_and_files_say_so(override, message):
 
 
 def test_a_hub_id_and_the_default_machine_pass(tmp_path):
-    from arl.config import check_machine
+    from arl.run.checks import check_machine
 
     check_machine(compose(["model=hf", "model.path=Qwen/Qwen3-4B"]))  # fetched later, not checked here
     check_machine(compose([]))
@@ -551,7 +551,7 @@ def test_master_weights_are_fp32_and_activations_are_checkpointed_once(overrides
 
 def test_activation_checkpointing_is_applied_once(tiny_path):
     """Under a sharded trainer that checkpoints every block, the model's own checkpointing is left off."""
-    from arl.builders import container, load_model
+    from arl.run.builders import container, load_model
 
     c = container(compose(["model=hf", f"model.path={tiny_path}", "model.gradient_checkpointing=true", "trainer=fsdp2_cpu",
                            "trainer.sharding.activation_checkpointing=true"]))

@@ -2,7 +2,7 @@
 
 from omegaconf import OmegaConf
 
-from arl.evaluation import with_run_config
+from arl.run.evaluation import with_run_config
 from arl_testing import compose
 
 
@@ -58,7 +58,7 @@ def test_sampled_validation_is_reproducible_named_and_leaves_the_training_stream
     come as val/* and val_sampled/* (val_greedy/* for greedy)."""
     import torch
 
-    from arl.evaluation import run_validation
+    from arl.run.evaluation import run_validation
 
     rollout = OmegaConf.to_container(compose(["rollout.val_episodes=6", "rollout.max_new_tokens=12"]).rollout, resolve=True)
     loop = _loop(tiny)

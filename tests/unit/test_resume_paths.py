@@ -11,7 +11,7 @@ from arl.utils.config import ConfigError
 
 
 def test_ckpt_path_last_finds_the_newest_run(tmp_path):
-    from arl.resume import find_last_checkpoint, resolve_ckpt_path
+    from arl.run.resume import find_last_checkpoint, resolve_ckpt_path
 
     with pytest.raises(ConfigError, match="no checkpoint of task 'job'"):
         find_last_checkpoint(tmp_path, "job")
@@ -32,7 +32,7 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
 
 
 def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp_path):
-    from arl.resume import resolve_ckpt_path
+    from arl.run.resume import resolve_ckpt_path
 
     c = {"ckpt_path": "resume", "paths": {"output_dir": str(tmp_path / "job"), "log_dir": str(tmp_path)}, "task_name": "t"}
     assert resolve_ckpt_path(c) is None  # nothing yet: start fresh (no error, unlike `last`)
@@ -49,7 +49,7 @@ def test_a_finished_run_returns_its_record_with_or_without_its_checkpoint(tmp_pa
     start over); None when training goes on from the checkpoint."""
     import json
 
-    from arl.resume import RESULTS_FILE, finished_results
+    from arl.run.resume import RESULTS_FILE, finished_results
 
     run = tmp_path / "job"
     c = {"ckpt_path": "resume", "paths": {"output_dir": str(run)}, "rl": {"iterations": 30}}

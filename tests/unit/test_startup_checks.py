@@ -1,4 +1,4 @@
-"""Start-up checks of a vLLM run (``arl.config.check_machine``): the package is imported, not only
+"""Start-up checks of a vLLM run (``arl.run.checks.check_machine``): the package is imported, not only
 found, and its version is checked, before anything is built."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from arl.config import _check_vllm, _version_tuple
+from arl.run.checks import _check_vllm, _version_tuple
 from arl.utils.config import ConfigError
 
 CFG = {"rollout": {"engine": "vllm", "vllm": {"enable_sleep_mode": True}}}

@@ -1,5 +1,5 @@
 """Text the environments render, to train the embedded tokenizer on (the embedded model is built
-on it by :func:`arl.builders.tiny_model`).
+on it by :func:`arl.run.builders.tiny_model`).
 
 For each env, episodes are played by the env's expert (or random admissible actions when it has
 none) and every prompt, history line and answer they produce is collected, so the tokenizer's

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from arl.agent.parsing import parse_response
+from arl.agent.parsing import ParsedAction, parse_response
 from arl.agent.prompts import (
     HistoryItem,
     TemplateError,
@@ -36,8 +36,9 @@ from arl.agent.prompts import (
 )
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.agent.samples import SAMPLE_MODES
+from arl.envs.base import StepResult
 from arl.envs.pool import EnvPool
-from arl.rollout.engine import RolloutEngine, SamplingParams, request_seed
+from arl.rollout.engine import Generation, RolloutEngine, SamplingParams, request_seed
 from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
@@ -131,14 +132,51 @@ class AgentLoop:
         rebalance()  # other ARL processes may have started or ended since the last rollout
         t0 = time.perf_counter()
         stats = RolloutStats()
+        episodes, obs, infos, active = self._start_episodes(tasks, group_size, first_episode_id)
+        histories: list[list[HistoryItem]] = [[] for _ in episodes]
+        shown = t0
+        for _turn in range(self.max_turns):
+            if not active:
+                break
+            prompts, active = self._next_prompts(active, episodes, obs, histories, infos)
+            if not active:
+                break
+            parsed_by_slot, actions = self._sample_actions(
+                prompts, active, episodes, infos, group_size, _turn, params, stats
+            )
+            te = time.perf_counter()
+            labels = self.pool.call(teacher, active) if teacher else {}
+            results = self.pool.step(actions)
+            stats.env_seconds += time.perf_counter() - te
+            stats.env_steps += len(actions)
+            active = self._record_turns(
+                active, prompts, parsed_by_slot, results, labels, episodes, obs, infos, histories
+            )
+            if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
+                shown = time.perf_counter()
+                log.info(
+                    "rollout: turn %d/%d | %d of %d episodes still playing, %d won | %.0fs",
+                    _turn + 1, self.max_turns, len(active), len(episodes), sum(ep.won for ep in episodes), shown - t0,
+                )
+        self.pool.close_slots()
+        stats.seconds = time.perf_counter() - t0
+        self.last_stats = stats
+        return episodes
+
+    def _start_episodes(
+        self, tasks: Sequence[Task], group_size: int, first_episode_id: int,
+    ) -> tuple[list[Episode], list[str], list[dict[str, Any]], list[int]]:
+        """Reset one env per (task, member) and open its episode record.
+
+        Returns (episodes, first observations, infos, slots that started without an env error),
+        every list indexed by slot, ordered by (group, member).
+        """
         seeds = [task.seed for task in tasks for _ in range(group_size)]
         starts = self.pool.reset(seeds)
         episodes: list[Episode] = []
         obs: list[str] = []
         infos: list[dict[str, Any]] = []
-        histories: list[list[HistoryItem]] = []
         active: list[int] = []
-        shown = t0
         for slot, (task, (o, info, err)) in enumerate(zip([t for t in tasks for _ in range(group_size)], starts)):
             episodes.append(
                 Episode(
@@ -152,85 +190,91 @@ class AgentLoop:
             )
             obs.append(o)
             infos.append(info)
-            histories.append([])
             if not err:
                 active.append(slot)
+        return episodes, obs, infos, active
 
-        for _turn in range(self.max_turns):
-            if not active:
-                break
-            prompts, still = [], []
-            for slot in active:
-                ids = self.next_prompt(episodes[slot], obs[slot], histories[slot], infos[slot])
-                if ids is not None:
-                    prompts.append(ids)
-                    still.append(slot)
-            active = still
-            if not active:
-                break
-            tg = time.perf_counter()
-            seeds = [request_seed(episodes[slot].seed, slot % group_size, _turn) for slot in active]
-            gens = self.engine.generate(prompts, params, seeds=seeds)
-            stats.generate_seconds += time.perf_counter() - tg
-            stats.engine_calls += 1
-            actions: dict[int, str] = {}
-            parsed_by_slot = {}
-            for slot, gen in zip(active, gens):
-                text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-                admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
-                parsed = parse_response(text, admissible)
-                parsed_by_slot[slot] = (gen, text, parsed)
-                actions[slot] = parsed.action if parsed.valid else self.spec.invalid_action
-                stats.generated_tokens += len(gen.token_ids)
-            te = time.perf_counter()
-            labels = self.pool.call(teacher, active) if teacher else {}
-            results = self.pool.step(actions)
-            stats.env_seconds += time.perf_counter() - te
-            stats.env_steps += len(actions)
-            still_active = []
-            for slot, prompt in zip(active, prompts):
-                gen, text, parsed = parsed_by_slot[slot]
-                result, err = results[slot]
-                ep = episodes[slot]
-                ep.turns.append(
-                    Turn(
-                        prompt_ids=prompt,
-                        response_ids=list(gen.token_ids),
-                        rollout_log_probs=list(gen.log_probs),
-                        response_text=text,
-                        action=parsed.action if parsed.valid else "",
-                        valid=parsed.valid,
-                        reason=parsed.reason,
-                        reward=float(result.reward),
-                        done=bool(result.done),
-                        anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
-                        truncated=gen.finish_reason == "length",
-                        expert_text=labels[slot][0] if slot in labels else None,
-                    )
+    def _next_prompts(
+        self, active: list[int], episodes: list[Episode], obs: list[str], histories: list[list[HistoryItem]],
+        infos: list[dict[str, Any]],
+    ) -> tuple[list[list[int]], list[int]]:
+        """(prompt ids, slot) of every active slot that has a next turn, as two aligned lists; a
+        slot whose trajectory stream is full drops out (:meth:`next_prompt`)."""
+        prompts, still = [], []
+        for slot in active:
+            ids = self.next_prompt(episodes[slot], obs[slot], histories[slot], infos[slot])
+            if ids is not None:
+                prompts.append(ids)
+                still.append(slot)
+        return prompts, still
+
+    def _sample_actions(
+        self, prompts: list[list[int]], active: list[int], episodes: list[Episode], infos: list[dict[str, Any]],
+        group_size: int, turn: int, params: SamplingParams, stats: RolloutStats,
+    ) -> tuple[dict[int, tuple[Generation, str, ParsedAction]], dict[int, str]]:
+        """One engine call for every active slot, each answer decoded and parsed strictly.
+
+        Returns (slot -> (generation, text, parsed), slot -> the action sent to the env: the parsed
+        one, or the env's no-op for an invalid answer); adds the call's time and tokens to ``stats``.
+        """
+        tg = time.perf_counter()
+        seeds = [request_seed(episodes[slot].seed, slot % group_size, turn) for slot in active]
+        gens = self.engine.generate(prompts, params, seeds=seeds)
+        stats.generate_seconds += time.perf_counter() - tg
+        stats.engine_calls += 1
+        actions: dict[int, str] = {}
+        parsed_by_slot = {}
+        for slot, gen in zip(active, gens):
+            text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+            admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
+            parsed = parse_response(text, admissible)
+            parsed_by_slot[slot] = (gen, text, parsed)
+            actions[slot] = parsed.action if parsed.valid else self.spec.invalid_action
+            stats.generated_tokens += len(gen.token_ids)
+        return parsed_by_slot, actions
+
+    def _record_turns(
+        self, active: list[int], prompts: list[list[int]],
+        parsed_by_slot: dict[int, tuple[Generation, str, ParsedAction]], results: dict[int, tuple[StepResult, bool]],
+        labels: dict[int, tuple[Any, str]], episodes: list[Episode], obs: list[str], infos: list[dict[str, Any]],
+        histories: list[list[HistoryItem]],
+    ) -> list[int]:
+        """Append each active slot's turn to its episode and history and take in the env's answer
+        (the next observation and info, won, score, an env error); returns the slots still playing."""
+        still_active = []
+        for slot, prompt in zip(active, prompts):
+            gen, text, parsed = parsed_by_slot[slot]
+            result, err = results[slot]
+            ep = episodes[slot]
+            ep.turns.append(
+                Turn(
+                    prompt_ids=prompt,
+                    response_ids=list(gen.token_ids),
+                    rollout_log_probs=list(gen.log_probs),
+                    response_text=text,
+                    action=parsed.action if parsed.valid else "",
+                    valid=parsed.valid,
+                    reason=parsed.reason,
+                    reward=float(result.reward),
+                    done=bool(result.done),
+                    anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
+                    truncated=gen.finish_reason == "length",
+                    expert_text=labels[slot][0] if slot in labels else None,
                 )
-                histories[slot].append(
-                    HistoryItem(obs[slot], parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
-                )
-                if err:
-                    ep.env_error = True
-                    continue
-                ep.won = bool(result.info.get("won", ep.won))
-                ep.score = float(result.info.get("score", ep.score))
-                if not result.done:
-                    obs[slot] = result.observation
-                    infos[slot] = {**infos[slot], **result.info}
-                    still_active.append(slot)
-            active = still_active
-            if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
-                shown = time.perf_counter()
-                log.info(
-                    "rollout: turn %d/%d | %d of %d episodes still playing, %d won | %.0fs",
-                    _turn + 1, self.max_turns, len(active), len(episodes), sum(ep.won for ep in episodes), shown - t0,
-                )
-        self.pool.close_slots()
-        stats.seconds = time.perf_counter() - t0
-        self.last_stats = stats
-        return episodes
+            )
+            histories[slot].append(
+                HistoryItem(obs[slot], parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
+            )
+            if err:
+                ep.env_error = True
+                continue
+            ep.won = bool(result.info.get("won", ep.won))
+            ep.score = float(result.info.get("score", ep.score))
+            if not result.done:
+                obs[slot] = result.observation
+                infos[slot] = {**infos[slot], **result.info}
+                still_active.append(slot)
+        return still_active
 
     def next_prompt(self, episode: Episode, observation: str, history: list[HistoryItem], info: dict[str, Any]) -> list[int] | None:
         """The prompt ids of ``episode``'s next turn in the loop's sample mode.

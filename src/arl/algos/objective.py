@@ -87,19 +87,8 @@ def actor_loss(
         cfg=cfg.loss,
     )
 
-    pg_mask = mask
-    masked_seqs = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
-    if cfg.seq_mask.enabled:
-        pg_mask = policy_losses.sequence_mask(log_prob, old_log_prob, advantages, mask, cfg.seq_mask.delta)
-        dropped = (mask.sum(dim=-1) > 0) & (pg_mask.sum(dim=-1) == 0)
-        masked_seqs = dropped.to(log_prob.dtype).sum()
-
-    if cfg.rollout_correction.enabled:
-        if rollout_log_prob is None:
-            raise ValueError("rollout_correction is enabled but rollout_log_prob was not given")
-        loss_mat = loss_mat * policy_losses.truncated_is_weights(
-            old_log_prob, rollout_log_prob, mask, cfg.rollout_correction.cap
-        )
+    pg_mask, masked_seqs = _sequence_mask(log_prob, old_log_prob, advantages, mask, cfg)
+    loss_mat = _truncated_is(loss_mat, old_log_prob, rollout_log_prob, mask, cfg)
 
     pg_loss = aggregate(loss_mat, pg_mask)
     loss = pg_loss
@@ -126,3 +115,29 @@ def actor_loss(
         masked_seqs=masked_seqs,
     )
     return loss, out
+
+
+def _sequence_mask(
+    log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, mask: Tensor, cfg: AlgoConfig
+) -> tuple[Tensor, Tensor]:
+    """Step 2, sequence masking (``cfg.seq_mask``): ``(pg_mask, masked_seqs)``, the policy-loss mask
+    (B, T), i.e. ``mask`` (B, T) without the dropped sequences, and the number of sequences dropped
+    (a scalar); ``(mask, 0)`` when disabled."""
+    if not cfg.seq_mask.enabled:
+        return mask, torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+    pg_mask = policy_losses.sequence_mask(log_prob, old_log_prob, advantages, mask, cfg.seq_mask.delta)
+    dropped = (mask.sum(dim=-1) > 0) & (pg_mask.sum(dim=-1) == 0)
+    return pg_mask, dropped.to(log_prob.dtype).sum()
+
+
+def _truncated_is(
+    loss_mat: Tensor, old_log_prob: Tensor, rollout_log_prob: Tensor | None, mask: Tensor, cfg: AlgoConfig
+) -> Tensor:
+    """Step 3, truncated IS (``cfg.rollout_correction``): ``loss_mat`` (B, T) times
+    ``min(exp(old - rollout), cap)``; ``loss_mat`` itself when disabled."""
+    if not cfg.rollout_correction.enabled:
+        return loss_mat
+    if rollout_log_prob is None:
+        raise ValueError("rollout_correction is enabled but rollout_log_prob was not given")
+    weights = policy_losses.truncated_is_weights(old_log_prob, rollout_log_prob, mask, cfg.rollout_correction.cap)
+    return loss_mat * weights

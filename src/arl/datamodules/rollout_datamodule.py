@@ -261,10 +261,7 @@ class RolloutDataModule(LightningDataModule):
         all_eps: list[Episode] = []
         filtering = self.group_filter is not None and it >= self.filter_cold_start
         while rounds < self.max_rollout_rounds and kept_groups < target:
-            seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)[lo:hi]
-            base = rounds * self.groups_per_step + lo
-            tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
-            episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size) if tasks else []
+            tasks, episodes = self._rollout_round(it, rounds, lo, hi)
             stats = self.agent_loop.last_stats
             tokens += stats.generated_tokens
             env_steps += stats.env_steps
@@ -284,6 +281,30 @@ class RolloutDataModule(LightningDataModule):
             filled_groups += max(0, len(chosen) - len(keep_ids))
         self.iteration += 1
         seconds = time.perf_counter() - t0
+        metrics = self._train_metrics(
+            all_eps, kept_groups, filled_groups, filtering, rounds, tokens, env_steps, gen_s, env_s
+        )
+        if kept_groups - filled_groups < target and filtering:
+            log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
+                     it, kept_groups - filled_groups, target, rounds, filled_groups)
+        tokens, turns = collate_episodes(kept, self.agent_loop.sample_mode, self.pad_id)
+        return RolloutBatch(tokens, turns, it, seconds, metrics, rollout_reduce_spec(all_eps, metrics))
+
+    def _rollout_round(self, it: int, rounds: int, lo: int, hi: int) -> tuple[list[Task], list[Episode]]:
+        """(tasks, episodes) of this rank's groups ``[lo, hi)`` in rollout round ``rounds`` of
+        iteration ``it``: ``group_size`` episodes a task, group ids unique over rounds and ranks."""
+        seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)[lo:hi]
+        base = rounds * self.groups_per_step + lo
+        tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
+        episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size) if tasks else []
+        return tasks, episodes
+
+    def _train_metrics(
+        self, all_eps: list[Episode], kept_groups: int, filled_groups: int, filtering: bool, rounds: int,
+        tokens: int, env_steps: int, gen_s: float, env_s: float,
+    ) -> dict[str, float]:
+        """The iteration's filter, speed and rollout metrics; the episode statistics are over
+        ``all_eps``, every episode rolled out (kept or not)."""
         metrics = {
             "filter/kept_groups": float(kept_groups - filled_groups),
             "filter/filled_groups": float(filled_groups),
@@ -298,11 +319,7 @@ class RolloutDataModule(LightningDataModule):
         }
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/"))
-        if kept_groups - filled_groups < target and filtering:
-            log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
-                     it, kept_groups - filled_groups, target, rounds, filled_groups)
-        tokens, turns = collate_episodes(kept, self.agent_loop.sample_mode, self.pad_id)
-        return RolloutBatch(tokens, turns, it, seconds, metrics, rollout_reduce_spec(all_eps, metrics))
+        return metrics
 
 
     def _filter_round(self, episodes: list[Episode], last: bool) -> tuple[list[int], list[int]]:

@@ -44,7 +44,7 @@ def resolve_model_path(model_cfg: Mapping[str, Any], corpus_texts: Callable[[lis
 
         tiny_cfg = TinyConfig(**dict(model_cfg.get("tiny") or {}))
         if corpus_texts is None:
-            raise ValueError("model=tiny needs its tokenizer corpus: load it with arl.builders.load_model")
+            raise ValueError("model=tiny needs its tokenizer corpus: load it with arl.run.builders.load_model")
         corpus = corpus_texts(list(tiny_cfg.corpus_envs), tiny_cfg.corpus_seeds)
         return str(ensure_tiny(tiny_cfg, model_cfg.get("cache_dir"), corpus=corpus)), None
     if name == "smollm2_135m" and not path:
@@ -135,7 +135,7 @@ def load_policy(
 
 def load_from_config(model_cfg: Mapping[str, Any], corpus_texts: Callable[[list[str], int], list[str]] | None = None):
     """(model, tokenizer, source path) for a ``model`` config; ``init_from`` overrides the source.
-    ``corpus_texts``: see :func:`resolve_model_path` (``arl.builders.load_model`` passes it)."""
+    ``corpus_texts``: see :func:`resolve_model_path` (``arl.run.builders.load_model`` passes it)."""
     init_from = model_cfg.get("init_from")
     if init_from:
         path, gguf = str(init_from), None

@@ -143,12 +143,12 @@ def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = No
     """Return the HF folder of the embedded model, building it on first use.
 
     ``corpus``: the texts the tokenizer is trained on (the envs' prompts and answers; their digest
-    is part of the cache key): :func:`arl.builders.tiny_model` plays them and calls this.
+    is part of the cache key): :func:`arl.run.builders.tiny_model` plays them and calls this.
     The folder holds ``config.json``, ``model.safetensors`` and the tokenizer files; it is
     written to a temporary folder first and renamed, so a crash never leaves half a model.
     """
     if corpus is None:
-        raise ValueError("ensure_tiny needs the tokenizer corpus: use arl.builders.tiny_model(cfg)")
+        raise ValueError("ensure_tiny needs the tokenizer corpus: use arl.run.builders.tiny_model(cfg)")
     cfg = cfg or TinyConfig()
     corpus = list(corpus)
     digest = hashlib.sha256("\n\x00".join(corpus).encode()).hexdigest()

@@ -10,7 +10,6 @@ the token rows and the turn table); a validation batch holds per-episode results
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
 from contextlib import nullcontext
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from arl.datamodules.batches import (
 from arl.modules.forward import forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
+from arl.utils.timing import timed
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
 log = logging.getLogger(__name__)
@@ -110,10 +110,14 @@ class AgenticRLModule(LightningModule):
         self.optimizer_steps_total = 0  # train/optimizer_steps: every optimiser step of the run
         self.updates_skipped = 0  # train/updates_skipped: iterations that made no optimiser step
         self.iteration = 0
+        self.last_metrics: dict[str, float] = {}  # the last iteration's metrics, global over ranks
         self.val_success = MeanMetric()
         self.val_return = MeanMetric()
         self.val_valid = MeanMetric()
         self.val_by_type: dict[str, list[int]] = {}  # task type -> [won, played] of this rank's validation
+        self.val_protocol = ""  # how the validation episodes were sampled (ValidationBatch.protocol); "" unnamed
+        self.last_val: dict[str, float] = {}  # the last validation's val/* metrics (restored on resume)
+        self.last_val_iteration: int | None = None  # the iteration of last_val; None before any validation
 
     # ----------------------------------------------------------------- optimisation set-up
     def configure_optimizers(self):
@@ -195,68 +199,29 @@ class AgenticRLModule(LightningModule):
 
     # ----------------------------------------------------------------------- training
     def training_step(self, batch: RolloutBatch, batch_idx: int):
-        t_start = time.perf_counter()
-        metrics: dict[str, float] = dict(batch.metrics)
-        spec: dict[str, Any] = dict(batch.reduce)
-        n_samples, n_turns = batch.num_samples, batch.num_turns
-        self.iteration += 1
-        n_global = int(self._reduce_sum(torch.tensor(float(n_samples))))
-        if n_global == 0:  # no rank has anything
-            self.skipped_steps += 1
-            metrics["actor/skipped_steps"] = float(self.skipped_steps)
-            spec["actor/skipped_steps"] = "same"
-            self._count_update(0, metrics, spec, "no training sample on any rank: the filter kept no group, or every "
-                               "episode ended with an environment error (filter/kept_groups, rollout/env_errors)")
-            self.last_metrics = self._reduce_metrics(metrics, spec)
-            self._log_at_iteration(self.last_metrics)
-            return
-        data = table = None
-        if n_samples:
-            data = {k: v.to(self.device) for k, v in batch.tokens.items()}
-            table = {k: v.to(self.device) for k, v in batch.turns.items()}
-        n_steps = self.steps_per_epoch(n_global)
-        on_policy = self.ppo_epochs == 1 and n_steps == 1
-
-        t0 = time.perf_counter()
-        need_old = not on_policy or not self.algo.kl.in_loss
-        if need_old and self.reuse_rollout_log_probs:
-            if data is not None:  # the engine scored the sampled tokens with these very weights
-                data["old_log_probs"] = data["rollout_log_probs"] * data["response_mask"]
-        elif need_old:
-            old = self._score(self.policy, data)
+        """One RL iteration on ``batch``: old and reference log-probs, advantages, the update
+        (:meth:`_update`), then the metrics, combined over ranks and logged at the iteration."""
+        times: dict[str, float] = {}  # seconds of the timed phases, logged as perf/<name>_s
+        with timed(times, "iteration"):
+            metrics: dict[str, float] = dict(batch.metrics)
+            spec: dict[str, Any] = dict(batch.reduce)
+            self.iteration += 1
+            n_global = int(self._reduce_sum(torch.tensor(float(batch.num_samples))))
+            if n_global == 0:  # no rank has anything
+                self._log_empty_iteration(metrics, spec)
+                return
+            data, table = self._batch_to_device(batch)
+            n_steps = self.steps_per_epoch(n_global)
+            on_policy = self.ppo_epochs == 1 and n_steps == 1
+            with timed(times, "logprob"):
+                with timed(times, "old_logprob"):
+                    self._old_log_probs(data, on_policy)
+                self._ref_log_probs(data)
             if data is not None:
-                data["old_log_probs"] = old
-        t_old = time.perf_counter() - t0
-        if self.reference is not None and self.algo.kl.coef > 0:
-            ref = self._score(self.reference, data)
-            if data is not None:
-                data["ref_log_probs"] = ref
-        t_logprob = time.perf_counter() - t0
-
-        if data is not None:
-            metrics.update(self._advantages(data, table, spec))
-
-        t1 = time.perf_counter()
-        metrics.update(self._update(data, on_policy, spec, n_steps))
-        t_update = time.perf_counter() - t1
-        metrics.update(
-            {
-                "perf/rollout_s": float(batch.seconds),
-                "perf/logprob_s": t_logprob,
-                "perf/old_logprob_s": t_old,
-                "perf/ref_logprob_s": t_logprob - t_old,
-                "perf/update_s": t_update,
-                "perf/iteration_s": float(batch.seconds) + time.perf_counter() - t_start,
-                "actor/skipped_steps": float(self.skipped_steps),
-                "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
-                "train/samples": float(n_samples),
-                "train/turns": float(n_turns),
-                # tokens of one forward pass over the batch (prompts and responses; padding excluded)
-                "train/tokens": float(batch.tokens["attention_mask"].sum()) if n_samples else 0.0,
-            }
-        )
-        if torch.cuda.is_available() and self.device.type == "cuda":
-            metrics["perf/peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+                metrics.update(self._advantages(data, table, spec))
+            with timed(times, "update"):
+                metrics.update(self._update(data, on_policy, spec, n_steps))
+        metrics.update(self._iteration_metrics(batch, times))
         spec.update({k: "max" for k in metrics if k.startswith("perf/")})
         spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum",
                      "train/tokens": "sum"})
@@ -268,6 +233,70 @@ class AgenticRLModule(LightningModule):
             log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
                         "term is zero; only the KL and entropy terms moved the policy", self.iteration)
         self._log_at_iteration(self.last_metrics)
+
+    def _log_empty_iteration(self, metrics: dict[str, float], spec: dict[str, Any]) -> None:
+        """An iteration without a training sample on any rank: count it as skipped (no update) and log."""
+        self.skipped_steps += 1
+        metrics["actor/skipped_steps"] = float(self.skipped_steps)
+        spec["actor/skipped_steps"] = "same"
+        self._count_update(0, metrics, spec, "no training sample on any rank: the filter kept no group, or every "
+                           "episode ended with an environment error (filter/kept_groups, rollout/env_errors)")
+        self.last_metrics = self._reduce_metrics(metrics, spec)
+        self._log_at_iteration(self.last_metrics)
+
+    def _batch_to_device(
+        self, batch: RolloutBatch
+    ) -> tuple[dict[str, torch.Tensor] | None, dict[str, torch.Tensor] | None]:
+        """The batch's token rows (``data``, each (B, L)) and turn table (``table``, each (n_turns,))
+        on this module's device; ``(None, None)`` when this rank has no sample."""
+        if not batch.num_samples:
+            return None, None
+        data = {k: v.to(self.device) for k, v in batch.tokens.items()}
+        table = {k: v.to(self.device) for k, v in batch.turns.items()}
+        return data, table
+
+    def _old_log_probs(self, data: dict[str, torch.Tensor] | None, on_policy: bool) -> None:
+        """Set ``data['old_log_probs']`` (B, L), log pi_old of the sampled tokens, when the update
+        (ratio) or the KL reward reads them: from the rollout engine (``reuse_rollout_log_probs``)
+        or scored by the policy. A rank without rows (``data`` None) still runs the scoring forwards."""
+        need_old = not on_policy or not self.algo.kl.in_loss
+        if need_old and self.reuse_rollout_log_probs:
+            if data is not None:  # the engine scored the sampled tokens with these very weights
+                data["old_log_probs"] = data["rollout_log_probs"] * data["response_mask"]
+        elif need_old:
+            old = self._score(self.policy, data)
+            if data is not None:
+                data["old_log_probs"] = old
+
+    def _ref_log_probs(self, data: dict[str, torch.Tensor] | None) -> None:
+        """Set ``data['ref_log_probs']`` (B, L) under the reference when the KL term is on
+        (``kl.coef > 0``). A rank without rows (``data`` None) still runs the scoring forwards."""
+        if self.reference is not None and self.algo.kl.coef > 0:
+            ref = self._score(self.reference, data)
+            if data is not None:
+                data["ref_log_probs"] = ref
+
+    def _iteration_metrics(self, batch: RolloutBatch, times: dict[str, float]) -> dict[str, float]:
+        """Timings (``perf/*``, seconds; ``times`` from :meth:`training_step`), learning rate, skipped
+        steps and the batch's size of this rank."""
+        n_samples = batch.num_samples
+        metrics = {
+            "perf/rollout_s": float(batch.seconds),
+            "perf/logprob_s": times["logprob"],
+            "perf/old_logprob_s": times["old_logprob"],
+            "perf/ref_logprob_s": times["logprob"] - times["old_logprob"],
+            "perf/update_s": times["update"],
+            "perf/iteration_s": float(batch.seconds) + times["iteration"],
+            "actor/skipped_steps": float(self.skipped_steps),
+            "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
+            "train/samples": float(n_samples),
+            "train/turns": float(batch.num_turns),
+            # tokens of one forward pass over the batch (prompts and responses; padding excluded)
+            "train/tokens": float(batch.tokens["attention_mask"].sum()) if n_samples else 0.0,
+        }
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            metrics["perf/peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        return metrics
 
     def _count_update(self, steps: int, metrics: dict[str, float], spec: dict[str, Any], reason: str) -> None:
         """Add this iteration's optimiser steps (the same on every rank) to the run's totals and log
@@ -356,9 +385,7 @@ class AgenticRLModule(LightningModule):
         opt = self.optimizers()
         sched = self.lr_schedulers()
         params = [p for p in self.policy.parameters() if p.requires_grad]
-        world = self._world_size()
         n = 0 if data is None else int(data["response_mask"].shape[0])
-        mask = data["response_mask"] if data is not None else None
         sums: dict[str, float] = defaultdict(float)
         steps = 0
         if n_steps is None:
@@ -367,42 +394,16 @@ class AgenticRLModule(LightningModule):
             perm = torch.randperm(n, device=self.device)
             chunks = torch.tensor_split(perm, n_steps)
             for mb_idx in chunks:
-                local_tokens = mask[mb_idx].sum() if n else torch.zeros((), device=self.device)
-                local_seqs = (mask[mb_idx].sum(-1) > 0).sum().float() if n else torch.zeros((), device=self.device)
-                global_tokens = self._reduce_sum(local_tokens)
-                global_seqs = self._reduce_sum(local_seqs)
+                global_tokens, global_seqs = self._global_normalisers(data, mb_idx)
                 if float(global_tokens) == 0:  # the same on every rank
                     continue
-                micros = list(micro_batches(data, mb_idx, self.micro_token_budget)) if len(mb_idx) else []
-                count = self._uniform_count(len(micros))
                 opt.zero_grad(set_to_none=True)
-                mb_metrics: dict[str, float] = defaultdict(float)
-                finite = True
-                for j in range(count):
-                    with self._backward_sync(last=j == count - 1):
-                        micro = micros[j] if j < len(micros) else None
-                        loss = None
-                        if micro is not None:
-                            loss, m = self._micro_loss(micro, on_policy, global_tokens, global_seqs)
-                            if not torch.isfinite(loss):
-                                finite, loss = False, None
-                            else:
-                                for k, v in m.items():
-                                    mb_metrics[k] += v
-                        if loss is None:  # padding, or a non-finite loss replaced by a zero loss
-                            loss = self._dummy_logits(self.policy).float().sum() * 0.0
-                        # normalisers are global over ranks while DDP/FSDP average gradients: undo the mean
-                        self.manual_backward(loss * world)
-                finite = not self._any_rank(not finite)
-                grad_norm = self._clip_grad_norm(params) if finite else torch.tensor(float("nan"))
-                if not finite or not torch.isfinite(grad_norm):
-                    opt.zero_grad(set_to_none=True)
-                    self.skipped_steps += 1
+                mb_metrics, finite = self._accumulate_gradients(data, mb_idx, on_policy, global_tokens, global_seqs)
+                grad_norm = self._optimizer_step(opt, sched, params, finite)
+                if grad_norm is None:
                     continue
-                opt.step()
-                sched.step()
                 steps += 1
-                mb_metrics["grad_norm"] = float(grad_norm)
+                mb_metrics["grad_norm"] = grad_norm
                 for k, v in mb_metrics.items():
                     sums[k] += v
         out = {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
@@ -412,6 +413,67 @@ class AgenticRLModule(LightningModule):
         if spec is not None:
             spec["actor/optimizer_steps"] = "same"
         return out
+
+    def _global_normalisers(
+        self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss normalisers of one mini-batch (the rows ``mb_idx``, (m,), of ``data``), summed over
+        ranks: response tokens and non-empty sequences, two scalars (a rank without rows adds 0)."""
+        n = 0 if data is None else int(data["response_mask"].shape[0])
+        mask = data["response_mask"] if data is not None else None
+        local_tokens = mask[mb_idx].sum() if n else torch.zeros((), device=self.device)
+        local_seqs = (mask[mb_idx].sum(-1) > 0).sum().float() if n else torch.zeros((), device=self.device)
+        global_tokens = self._reduce_sum(local_tokens)
+        global_seqs = self._reduce_sum(local_seqs)
+        return global_tokens, global_seqs
+
+    def _accumulate_gradients(self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor, on_policy: bool,
+                              global_tokens: torch.Tensor, global_seqs: torch.Tensor) -> tuple[dict[str, float], bool]:
+        """Forward/backward of the micro-batches of one mini-batch (the rows ``mb_idx``, (m,), of
+        ``data``), adding to the gradients; returns the summed metric shares and whether every
+        loss of this rank was finite.
+
+        Every rank runs the same number of passes (the maximum over ranks), a missing micro-batch
+        being a zero-loss forward, so the collectives inside them pair up; a non-finite loss is
+        replaced by a zero loss, so no NaN reaches the gradients. ``global_tokens`` /
+        ``global_seqs`` (scalars): the mini-batch's normalisers summed over ranks.
+        """
+        world = self._world_size()
+        micros = list(micro_batches(data, mb_idx, self.micro_token_budget)) if len(mb_idx) else []
+        count = self._uniform_count(len(micros))
+        mb_metrics: dict[str, float] = defaultdict(float)
+        finite = True
+        for j in range(count):
+            with self._backward_sync(last=j == count - 1):
+                micro = micros[j] if j < len(micros) else None
+                loss = None
+                if micro is not None:
+                    loss, m = self._micro_loss(micro, on_policy, global_tokens, global_seqs)
+                    if not torch.isfinite(loss):
+                        finite, loss = False, None
+                    else:
+                        for k, v in m.items():
+                            mb_metrics[k] += v
+                if loss is None:  # padding, or a non-finite loss replaced by a zero loss
+                    loss = self._dummy_logits(self.policy).float().sum() * 0.0
+                # normalisers are global over ranks while DDP/FSDP average gradients: undo the mean
+                self.manual_backward(loss * world)
+        return mb_metrics, finite
+
+    def _optimizer_step(self, opt, sched, params: list[torch.Tensor], finite: bool) -> float | None:
+        """Clip the gradients of ``params`` and step the optimiser and the LR schedule; returns the
+        gradient norm before clipping. ``finite``: this rank's losses were finite. When any rank
+        had a non-finite loss, or the norm is not finite, the step is skipped on every rank (the
+        gradients dropped, ``skipped_steps`` counted) and None returned."""
+        finite = not self._any_rank(not finite)
+        grad_norm = self._clip_grad_norm(params) if finite else torch.tensor(float("nan"))
+        if not finite or not torch.isfinite(grad_norm):
+            opt.zero_grad(set_to_none=True)
+            self.skipped_steps += 1
+            return None
+        opt.step()
+        sched.step()
+        return float(grad_norm)
 
     def _micro_loss(self, micro: dict[str, torch.Tensor], on_policy: bool, global_tokens, global_seqs):
         """The loss of one micro-batch (its share of the mini-batch loss) and its metric shares."""
@@ -487,7 +549,7 @@ class AgenticRLModule(LightningModule):
         self.val_by_type = {}
 
     def validation_step(self, batch: ValidationBatch, batch_idx: int):
-        self.val_protocol = batch.protocol or getattr(self, "val_protocol", "")
+        self.val_protocol = batch.protocol or self.val_protocol
         r = batch.results
         if not r["won"].numel():
             return
@@ -515,7 +577,7 @@ class AgenticRLModule(LightningModule):
         self.last_val = {k: float(v) for k, v in values.items()}
         self.last_val.update(success_by_type(dist_utils.all_gather_object(self.val_by_type)))
         self.last_val_iteration = self.iteration
-        protocol = getattr(self, "val_protocol", "")  # the same values under a name that says how they were sampled
+        protocol = self.val_protocol  # the same values under a name that says how they were sampled
         named = {f"{protocol}/{k[4:]}": v for k, v in self.last_val.items()} if protocol else {}
         self._log_at_iteration({**self.last_val, **named})
         for m in (self.val_success, self.val_return, self.val_valid):
@@ -528,8 +590,8 @@ class AgenticRLModule(LightningModule):
             "skipped_steps": self.skipped_steps,
             "optimizer_steps_total": self.optimizer_steps_total,
             "updates_skipped": self.updates_skipped,
-            "last_val": dict(getattr(self, "last_val", None) or {}),
-            "last_val_iteration": getattr(self, "last_val_iteration", None),
+            "last_val": dict(self.last_val),
+            "last_val_iteration": self.last_val_iteration,
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,6 +1,6 @@
 """Ground-floor config helpers: the error type of a bad config value and Hydra's resolvers.
 
-The start-up validation of the composed config sits above every room, in :mod:`arl.config`.
+The start-up validation of the composed config sits above every room, in :mod:`arl.run.checks`.
 """
 
 from __future__ import annotations

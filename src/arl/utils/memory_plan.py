@@ -310,7 +310,7 @@ def weights_bytes(arch: Architecture, s: Setup) -> int:
 
 
 def reference_bytes(arch: Architecture, s: Setup) -> int:
-    """The frozen reference: a deep copy of the policy (``arl.builders.build_rl_module``, also under
+    """The frozen reference: a deep copy of the policy (``arl.run.builders.build_rl_module``, also under
     LoRA, where it copies base and adapters), sharded like it; 0 without a KL term."""
     return weights_bytes(arch, s) if s.reference else 0
 
@@ -457,7 +457,7 @@ def hf_engine_bytes(arch: Architecture, s: Setup) -> tuple[int, int]:
     """(resident, generating) bytes of the transformers engine on this device.
 
     Resident: under FSDP the engine generates with its own unsharded copy of the policy
-    (``arl.pipeline``: a deep copy made before sharding), which ``rollout.device: auto`` moves to
+    (``arl.run.pipeline``: a deep copy made before sharding), which ``rollout.device: auto`` moves to
     the GPU and leaves there: P x master bytes. Without FSDP it generates with the policy itself: 0.
     Generating: the static KV cache of one call (rows x (prompt + answer) x 2 L nkv x master bytes)
     plus the prefill's largest transient, one layer's MLP (gate, up, their product: 3 I) and

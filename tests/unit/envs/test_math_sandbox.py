@@ -88,6 +88,22 @@ def run_contained(sb: Sandbox, code: str) -> SandboxResult:
 
 # --- ordinary runs -------------------------------------------------------------------------------
 @pytest.mark.timeout(60)
+def test_a_layer_warning_is_logged_once_on_an_ordinary_run(caplog):
+    """The supervisor reports a layer it could not apply on stderr; it reaches the log once per
+    process whatever the run's outcome (it used to be logged only when the supervisor was killed).
+    The program here writes such a line itself, through the same stderr."""
+    sb = Sandbox(**FAST, use_bwrap=False)
+    code = f"import sys\nsys.stderr.write({sandbox_mod.WARNING_PREFIX + 'test layer missing'!r} + '\\n')\nprint(1)"
+    with caplog.at_level("WARNING", logger=sandbox_mod.__name__):
+        first, second = run_contained(sb, code), run_contained(sb, code)
+    assert first.ok and first.stdout == "1\n" and "test layer missing" in first.warnings
+    assert "ARL-SANDBOX" not in first.stderr
+    logged = [r.getMessage() for r in caplog.records if "test layer missing" in r.getMessage()]
+    assert logged == ["python sandbox: test layer missing"], logged
+    assert second.warnings == first.warnings
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", ["bwrap", "fallback"])
 def test_ordinary_code_output_and_errors(mode):
     sb = sandbox_for(mode, "ordinary")

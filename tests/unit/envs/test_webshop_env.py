@@ -402,7 +402,7 @@ def test_corpus_of_the_tiny_tokenizer_includes_webshop():
 def test_env_config_composes_and_builds():
     from omegaconf import OmegaConf
 
-    from arl.config import validate_config
+    from arl.run.checks import validate_config
     from arl_testing import compose
 
     cfg = compose(["env=webshop", "env.kwargs.prompt_style=full"])

@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from arl.builders import tiny_model
+from arl.run.builders import tiny_model
 from arl.models.tiny import FORMAT_TOKENS, TinyConfig
 
 

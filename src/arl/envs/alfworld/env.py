@@ -122,29 +122,12 @@ class AlfWorldEnv:
         generator: Mapping[str, Any] | None = None,
         speedups: bool = True,
     ):
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
-        if notes and prompt_style != "compact":
-            raise ValueError("notes=true needs prompt_style=compact (the reference prompt is verl-agent's, word for word)")
-        if expert not in EXPERT_MODES:
-            raise ValueError(f"expert={expert!r} is not valid; valid: {', '.join(EXPERT_MODES)}")
-        if int(val_seed_base) < 1:
-            raise ValueError(f"val_seed_base must be >= 1, got {val_seed_base}")
+        self._check_args(max_steps, prompt_style, notes, expert, val_seed_base)
         self.split = canonical_split(split)
         self.val_split = canonical_split(val_split)
         self.val_seed_base = int(val_seed_base)
         self.task_types = check_task_types(task_types)
-        if val_games and not games:
-            raise ValueError("val_games needs games (the training games) as well")
-        self.source, self.data_root = ("files", None) if games else resolve_source(data_source, data_path)
-        self.files: dict[str, tuple[Path, ...]] = {}
-        if games:
-            self.files = {"train": find_games(games, self.task_types)}
-            self.files["val"] = find_games(val_games, self.task_types) if val_games else self.files["train"]
-        if self.source == "official":
-            check_official_root(self.data_root)
+        self._find_sources(data_source, data_path, games, val_games)
         self.num_games = self._num_games(num_games)
         self.max_steps = int(max_steps)
         self.prompt_style = prompt_style
@@ -176,6 +159,36 @@ class AlfWorldEnv:
         self.done = False
         self.won = False
         self.last_info: dict[str, Any] = {}
+
+    @staticmethod
+    def _check_args(max_steps: int, prompt_style: str, notes: bool, expert: str, val_seed_base: int) -> None:
+        """Raise ``ValueError`` for a constructor argument out of its range or a combination that
+        does not go together."""
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
+        if notes and prompt_style != "compact":
+            raise ValueError("notes=true needs prompt_style=compact (the reference prompt is verl-agent's, word for word)")
+        if expert not in EXPERT_MODES:
+            raise ValueError(f"expert={expert!r} is not valid; valid: {', '.join(EXPERT_MODES)}")
+        if int(val_seed_base) < 1:
+            raise ValueError(f"val_seed_base must be >= 1, got {val_seed_base}")
+
+    def _find_sources(
+        self, data_source: str, data_path: str | None, games: str | list[str] | None, val_games: str | list[str] | None,
+    ) -> None:
+        """Where the games come from: ``source`` and ``data_root`` (the official tree checked), and
+        with the user's own ``games`` their files per ``train`` / ``val`` (``files``)."""
+        if val_games and not games:
+            raise ValueError("val_games needs games (the training games) as well")
+        self.source, self.data_root = ("files", None) if games else resolve_source(data_source, data_path)
+        self.files: dict[str, tuple[Path, ...]] = {}
+        if games:
+            self.files = {"train": find_games(games, self.task_types)}
+            self.files["val"] = find_games(val_games, self.task_types) if val_games else self.files["train"]
+        if self.source == "official":
+            check_official_root(self.data_root)
 
     # --- games -----------------------------------------------------------------------------
     def _num_games(self, num_games) -> dict[str, int | None]:

@@ -187,34 +187,14 @@ class MathToolEnv:
         equivalence_timeout_s: float = DEFAULT_TIMEOUT_S,
         cache_tool_results: bool = True,
     ):
-        if int(max_turns) < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        if int(max_output_chars) < 16:
-            raise ValueError(f"max_output_chars must be >= 16, got {max_output_chars}")
-        if int(max_code_chars) < 1:
-            raise ValueError(f"max_code_chars must be >= 1, got {max_code_chars}")
-        if prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
-        if not float(equivalence_timeout_s) > 0:
-            raise ValueError(f"equivalence_timeout_s must be > 0, got {equivalence_timeout_s}")
+        self._check_args(max_turns, max_output_chars, max_code_chars, prompt_style, equivalence_timeout_s)
         self.max_turns = int(max_turns)
         self.templates = check_templates(templates)
         self.data_path = data_path
         self.split = split
         self.records: tuple[MathRecord, ...] | None = None
         self.indices: list[int] = []
-        if data_path:
-            self.records = load_records(data_path, question_key, answer_key)
-            splits = ("train", "val") if split == "auto" else (split,)
-            self.split_records = {
-                name: split_indices(len(self.records), name, val_fraction, split_seed) for name in splits
-            }
-            for name, idx in self.split_records.items():
-                if not idx:
-                    raise ValueError(f"split {name!r} of {data_path} is empty (val_fraction={val_fraction})")
-            self.indices = self.split_records[splits[0]]
-        else:
-            split_indices(2, "train" if split == "auto" else split, val_fraction, split_seed)  # validates
+        self._load_data(data_path, question_key, answer_key, split, val_fraction, split_seed)
         self.max_output_chars = int(max_output_chars)
         self.max_code_chars = int(max_code_chars)
         self.prompt_style = prompt_style
@@ -245,6 +225,41 @@ class MathToolEnv:
         self.won = False
         self.answer = ""
         self.observation = ""
+
+    @staticmethod
+    def _check_args(
+        max_turns: int, max_output_chars: int, max_code_chars: int, prompt_style: str, equivalence_timeout_s: float,
+    ) -> None:
+        """Raise ``ValueError`` for a constructor argument out of its range."""
+        if int(max_turns) < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if int(max_output_chars) < 16:
+            raise ValueError(f"max_output_chars must be >= 16, got {max_output_chars}")
+        if int(max_code_chars) < 1:
+            raise ValueError(f"max_code_chars must be >= 1, got {max_code_chars}")
+        if prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(PROMPT_STYLES)}")
+        if not float(equivalence_timeout_s) > 0:
+            raise ValueError(f"equivalence_timeout_s must be > 0, got {equivalence_timeout_s}")
+
+    def _load_data(
+        self, data_path: str | None, question_key: str | None, answer_key: str | None, split: str,
+        val_fraction: float, split_seed: int,
+    ) -> None:
+        """Load ``data_path``'s records and the indices of the splits ``split`` plays
+        (``split_records``, ``indices``); without a data path only check ``split`` and the fraction."""
+        if data_path:
+            self.records = load_records(data_path, question_key, answer_key)
+            splits = ("train", "val") if split == "auto" else (split,)
+            self.split_records = {
+                name: split_indices(len(self.records), name, val_fraction, split_seed) for name in splits
+            }
+            for name, idx in self.split_records.items():
+                if not idx:
+                    raise ValueError(f"split {name!r} of {data_path} is empty (val_fraction={val_fraction})")
+            self.indices = self.split_records[splits[0]]
+        else:
+            split_indices(2, "train" if split == "auto" else split, val_fraction, split_seed)  # validates
 
     # --- tasks ------------------------------------------------------------------------------
     @property

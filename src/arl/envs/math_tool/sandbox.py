@@ -576,41 +576,16 @@ class Sandbox:
         return self._run(code, use_bwrap=self._use_bwrap())
 
     def _run(self, code: str, use_bwrap: bool, probe: bool = False) -> SandboxResult:
+        """Run ``code`` once in a fresh work directory (removed afterwards): its output, exit code,
+        the signal that ended it and the supervisor's warnings (``probe``: the bwrap probe, which
+        logs none of them)."""
         cfg = self.config
         workdir = tempfile.mkdtemp(prefix="arl-sandbox-", dir=cfg.base_dir)
         start = time.monotonic()
         try:
             with open(os.path.join(workdir, CODE_FILE), "w", encoding="utf-8", errors="surrogatepass") as fh:
                 fh.write(code)
-            inner_dir = SANDBOX_DIR if use_bwrap else workdir
-            limits = ",".join(f"{name}:{soft}:{hard}" for name, (soft, hard) in self._rlimits().items())
-            flags = ",".join(name for name in ("landlock", "seccomp") if getattr(cfg, name)) or "-"
-            words = ",".join(".".join(str(v) for v in word) for word in self._filter or [])
-            rules = self._landlock_rules(inner_dir) if cfg.landlock else []
-            argv = [self.python, "-I", "-B", "-c", PRELUDE, inner_dir, limits, flags, str(self._capset), words, *rules]
-            if use_bwrap:
-                argv = bwrap_command(workdir, self.python) + argv
-            env = {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": inner_dir,
-                "TMPDIR": inner_dir,
-                "LANG": "C.UTF-8",
-                "LC_ALL": "C.UTF-8",
-                "OMP_NUM_THREADS": "1",
-                "OPENBLAS_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-                "MPLBACKEND": "Agg",
-            }
-            proc = subprocess.Popen(
-                argv,
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                close_fds=True,
-                start_new_session=True,
-            )
+            proc = self._spawn(workdir, use_bwrap)
             stdout, stderr, timed_out, truncated = self._collect(proc, start + cfg.timeout_s)
             exit_code = proc.returncode
             killed_by = -exit_code if exit_code is not None and exit_code < 0 else None
@@ -620,22 +595,14 @@ class Sandbox:
                 exit_code = 128 - exit_code
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        err_text = stderr.decode("utf-8", errors="replace")
-        lines = err_text.splitlines()
-        warnings = [line[len(WARNING_PREFIX):] for line in lines if line.startswith(WARNING_PREFIX)]
-        status = [line[len(STATUS_PREFIX):].split() for line in lines if line.startswith(STATUS_PREFIX)]
-        if warnings or status:
-            kept = [line for line in lines if not line.startswith((WARNING_PREFIX, STATUS_PREFIX))]
-            if status and kept and not kept[-1].strip():
-                kept.pop()  # the blank line the supervisor writes before its status
-            err_text = "\n".join(kept)
+        err_text, warnings, status = _split_stderr(stderr)
         if status and len(status[-1]) == 2 and status[-1][0] == "signal" and status[-1][1].isdigit():
             killed_by = int(status[-1][1])
         elif killed_by is None and not status and exit_code not in (0, None) and not timed_out and not truncated:
             killed_by = signal.SIGKILL  # the supervisor itself did not finish: it was killed
-            if not probe:
-                for message in warnings:
-                    _warn_once("layer:" + message, f"python sandbox: {message}")
+        if not probe:  # a hardening layer that could not be applied: said once per process
+            for message in warnings:
+                _warn_once("layer:" + message, f"python sandbox: {message}")
         return SandboxResult(
             stdout=stdout.decode("utf-8", errors="replace"),
             stderr=err_text,
@@ -648,6 +615,41 @@ class Sandbox:
             warnings=warnings,
             signal=killed_by,
             timeout_s=float(cfg.timeout_s),
+        )
+
+    def _spawn(self, workdir: str, use_bwrap: bool) -> subprocess.Popen:
+        """Start the supervisor (:data:`PRELUDE`) on the code in ``workdir`` with the configured
+        rlimits, layers, seccomp words and landlock rules, inside bwrap when ``use_bwrap``: a new
+        session (its own process group), a minimal environment, stdout and stderr piped."""
+        cfg = self.config
+        inner_dir = SANDBOX_DIR if use_bwrap else workdir
+        limits = ",".join(f"{name}:{soft}:{hard}" for name, (soft, hard) in self._rlimits().items())
+        flags = ",".join(name for name in ("landlock", "seccomp") if getattr(cfg, name)) or "-"
+        words = ",".join(".".join(str(v) for v in word) for word in self._filter or [])
+        rules = self._landlock_rules(inner_dir) if cfg.landlock else []
+        argv = [self.python, "-I", "-B", "-c", PRELUDE, inner_dir, limits, flags, str(self._capset), words, *rules]
+        if use_bwrap:
+            argv = bwrap_command(workdir, self.python) + argv
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": inner_dir,
+            "TMPDIR": inner_dir,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg",
+        }
+        return subprocess.Popen(
+            argv,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
         )
 
     def _landlock_rules(self, inner_dir: str) -> list[str]:
@@ -680,12 +682,7 @@ class Sandbox:
         for fd in chunks:
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
-        pidfd = None
-        try:
-            pidfd = os.pidfd_open(proc.pid)
-            sel.register(pidfd, selectors.EVENT_READ)
-        except (AttributeError, OSError):
-            pidfd = None
+        pidfd = _watch_exit(proc.pid, sel)
         open_pipes = set(chunks)
         exited_at: float | None = None
         grace = 0.2  # after the exit, how long descendants may keep the pipes open
@@ -710,31 +707,73 @@ class Sandbox:
                         exited_at = time.monotonic()
                         sel.unregister(fd)
                         continue
-                    try:
-                        data = os.read(fd, 65536)
-                    except BlockingIOError:
-                        continue
-                    if not data:
-                        sel.unregister(fd)
-                        open_pipes.discard(fd)
-                        continue
-                    room = cap - sizes[fd]
-                    if room > 0:
-                        chunks[fd].append(data[:room])
-                    sizes[fd] += len(data)
-                    if sizes[fd] > cap:
+                    if _read_pipe(fd, sel, open_pipes, chunks, sizes, cap):
                         truncated = True
                 if truncated:
                     break
         finally:
-            sel.close()
-            _kill_group(proc)
-            if pidfd is not None:
-                os.close(pidfd)
-            proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
+            _end_run(proc, sel, pidfd)
         return b"".join(chunks[out_fd]), b"".join(chunks[err_fd]), timed_out, truncated
+
+
+def _split_stderr(stderr: bytes) -> tuple[str, list[str], list[list[str]]]:
+    """(the code's stderr without the supervisor's lines, the supervisor's warnings, the words of
+    its status lines) of a run's raw stderr."""
+    err_text = stderr.decode("utf-8", errors="replace")
+    lines = err_text.splitlines()
+    warnings = [line[len(WARNING_PREFIX):] for line in lines if line.startswith(WARNING_PREFIX)]
+    status = [line[len(STATUS_PREFIX):].split() for line in lines if line.startswith(STATUS_PREFIX)]
+    if warnings or status:
+        kept = [line for line in lines if not line.startswith((WARNING_PREFIX, STATUS_PREFIX))]
+        if status and kept and not kept[-1].strip():
+            kept.pop()  # the blank line the supervisor writes before its status
+        err_text = "\n".join(kept)
+    return err_text, warnings, status
+
+
+def _watch_exit(pid: int, sel: selectors.BaseSelector) -> int | None:
+    """A pidfd of ``pid`` registered with ``sel`` (readable once the process exits); None where
+    the platform has none (the caller then polls :func:`_has_exited`)."""
+    pidfd = None
+    try:
+        pidfd = os.pidfd_open(pid)
+        sel.register(pidfd, selectors.EVENT_READ)
+    except (AttributeError, OSError):
+        pidfd = None
+    return pidfd
+
+
+def _read_pipe(
+    fd: int, sel: selectors.BaseSelector, open_pipes: set[int], chunks: dict[int, list[bytes]], sizes: dict[int, int],
+    cap: int,
+) -> bool:
+    """Read what pipe ``fd`` holds into ``chunks[fd]``, keeping at most ``cap`` bytes, counting all
+    in ``sizes[fd]``; at end of file drop it from ``sel`` and ``open_pipes``. True when the pipe's
+    output is over the cap."""
+    try:
+        data = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    if not data:
+        sel.unregister(fd)
+        open_pipes.discard(fd)
+        return False
+    room = cap - sizes[fd]
+    if room > 0:
+        chunks[fd].append(data[:room])
+    sizes[fd] += len(data)
+    return sizes[fd] > cap
+
+
+def _end_run(proc: subprocess.Popen, sel: selectors.BaseSelector, pidfd: int | None) -> None:
+    """Close the selector, kill the sandbox's process group, reap the leader, close every fd."""
+    sel.close()
+    _kill_group(proc)
+    if pidfd is not None:
+        os.close(pidfd)
+    proc.wait()
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 def _has_exited(pid: int) -> bool:

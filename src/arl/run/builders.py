@@ -1,8 +1,8 @@
 """Builders: the parts of a run made from the composed config (docs/design.md section 3).
 
 Engine, agent loop, sampling parameters, loggers, strategy and Trainer, the RL module and its
-rollout DataModule. Training (:mod:`arl.pipeline`, :mod:`arl.bc_stage`) and evaluation
-(:mod:`arl.evaluation`) both build from here; nothing here runs a stage.
+rollout DataModule. Training (:mod:`arl.run.pipeline`, :mod:`arl.run.bc_stage`) and evaluation
+(:mod:`arl.run.evaluation`) both build from here; nothing here runs a stage.
 """
 
 from __future__ import annotations

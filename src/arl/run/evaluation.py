@@ -18,7 +18,7 @@ from arl.utils.logging import console, results_table
 
 def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     """(model, tokenizer) with the policy weights of a Lightning checkpoint of the RL stage."""
-    from arl.builders import load_model
+    from arl.run.builders import load_model
 
     model, tokenizer, _ = load_model({**model_cfg, "init_from": None})
     state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
@@ -35,7 +35,7 @@ def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = N
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
     (:func:`episode_record`)."""
-    from arl.builders import sampling_params
+    from arl.run.builders import sampling_params
 
     params = sampling_params(rollout, validation=True)
     batches = validation_episodes(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
@@ -119,7 +119,7 @@ def _run_key_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
-    from arl.builders import build_agent_loop, build_engine, sampling_params
+    from arl.run.builders import build_agent_loop, build_engine, sampling_params
     from arl.models.loading import load_policy
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()

@@ -1,7 +1,7 @@
 """The training pipeline: behaviour cloning, then RL, then the final report.
 
 ``src/train.py`` calls :func:`train` with the composed Hydra config. This module wires the stages:
-the parts come from :mod:`arl.builders`, behaviour cloning is :mod:`arl.bc_stage`.
+the parts come from :mod:`arl.run.builders`, behaviour cloning is :mod:`arl.run.bc_stage`.
 
 Resuming (``ckpt_path=<file>`` or ``ckpt_path=last``) skips behaviour cloning, restores the RL
 stage from the checkpoint and, by default (``rl.resume_in_place``), continues in the run folder
@@ -24,8 +24,8 @@ import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, open_dict
 
-from arl.bc_stage import finish_bc_only, run_bc
-from arl.builders import (
+from arl.run.bc_stage import finish_bc_only, run_bc
+from arl.run.builders import (
     build_agent_loop,
     build_engine,
     build_rl_module,
@@ -37,9 +37,9 @@ from arl.builders import (
 )
 from arl.callbacks import WeightSync
 from arl.callbacks.weight_sync import sync_engine
-from arl.config import validate_config
+from arl.run.checks import validate_config
 from arl.models.loading import save_hf
-from arl.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
+from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
 
@@ -58,14 +58,45 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     c = container(cfg)
     done = finished_results(c)
     if done is not None:
-        console.print(
-            f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
-            "nothing to run"
-        )
+        console.print(f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); nothing to run")
         return done
     ckpt = resolve_ckpt_path(c)
-    out_dir = Path(c["paths"]["output_dir"])
     resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
+    c, out_dir = _run_folder(cfg, ckpt, resume_it)
+    L.seed_everything(int(c["seed"]), workers=True)
+    _quiet_lightning_logging()
+    model, tokenizer, engine_model, engine, loop = _load_parts(c)
+    results: dict[str, Any] = {"run_dir": str(out_dir)}
+    if ckpt is not None:
+        results["resumed_from"] = str(ckpt)
+        console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
+
+    if c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None:
+        bc_results, model = run_bc(cfg, model, engine_model, tokenizer, loop, out_dir)
+        results.update(bc_results)
+    if not c["rl"].get("enabled", True):  # the BC stage alone (experiment=bc_<env>)
+        return finish_bc_only(c, results, loop, engine, out_dir)
+
+    module, trainer = _rl_stage(cfg, c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
+    results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir)
+    loop.close()
+    if callable(getattr(engine, "close", None)):
+        engine.close()
+    metric = c.get("optimized_metric")
+    results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
+    if trainer.is_global_zero:
+        _print_summary(results, out_dir)
+        _write_record(results, out_dir)
+    return results
+
+
+def _run_folder(cfg: DictConfig, ckpt: Path | None, resume_it: int | None) -> tuple[dict[str, Any], Path]:
+    """The run folder, and the config as plain containers: a resume in place (``rl.resume_in_place``)
+    writes into the folder that wrote the checkpoint (``cfg.paths.output_dir`` is set to it and the
+    folder Hydra made gets a ``RESUMED_INTO.txt``); a finished run's old record is removed (it trains
+    on, so the record no longer holds)."""
+    c = container(cfg)
+    out_dir = Path(c["paths"]["output_dir"])
     if ckpt is not None and c["rl"].get("resume_in_place", True) and ckpt.parent.name == "checkpoints":
         run_dir = ckpt.parent.parent
         if run_dir.resolve() != out_dir.resolve():
@@ -79,9 +110,13 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     if rank_zero_only.rank == 0:  # a finished run trained on (more iterations): its old record no longer holds
         (out_dir / RESULTS_FILE).unlink(missing_ok=True)
-    L.seed_everything(int(c["seed"]), workers=True)
+    return c, out_dir
 
-    _quiet_lightning_logging()
+
+def _load_parts(c: dict[str, Any]):
+    """``(model, tokenizer, engine_model, engine, loop)``: the policy, and the rollout engine and
+    agent loop around it; under sharding the engine keeps its own unsharded copy of the policy
+    (synced by gathering after updates), otherwise ``engine_model`` is the policy itself."""
     model, tokenizer, source = load_model(c["model"], c["trainer"])
     model.train()
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
@@ -90,28 +125,20 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         from arl.utils.fsdp import resolve_layer_classes
 
         resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
-    # under sharding the engine keeps its own unsharded copy (synced by gathering after updates)
     engine_model = copy.deepcopy(model) if sharded else model
     engine = build_engine(c["rollout"], engine_model, tokenizer)
-    loop = build_agent_loop(c, engine, tokenizer)
-    results: dict[str, Any] = {"run_dir": str(out_dir)}
-    if ckpt is not None:
-        results["resumed_from"] = str(ckpt)
-        console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
+    return model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer)
 
-    if c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None:
-        bc_results, model = run_bc(cfg, model, engine_model, tokenizer, loop, out_dir)
-        results.update(bc_results)
-    if not c["rl"].get("enabled", True):  # the BC stage alone (experiment=bc_<env>)
-        return finish_bc_only(c, results, loop, engine, out_dir)
 
+def _rl_stage(cfg, c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results):
+    """The RL stage: validate the start (a fresh run), fit (from ``ckpt`` on a resume), validate the
+    end unless the last iteration did; its results go into ``results``. Returns (module, trainer)."""
     module = build_rl_module(cfg, model, tokenizer)
     dm = build_rollout_datamodule(c, loop, module)
-    rl, r = c["rl"], c["rollout"]
     trainer = build_trainer(
         cfg, "rl", [WeightSync(engine)], model=model,
         purge_step=None if resume_it is None else resume_it + 1, extra_callbacks=callbacks,
-        max_epochs=1, val_check_interval=int(rl["val_every"]), check_val_every_n_epoch=None,
+        max_epochs=1, val_check_interval=int(c["rl"]["val_every"]), check_val_every_n_epoch=None,
         num_sanity_val_steps=0, enable_progress_bar=False,
         inference_mode=False,  # metric states persist across validate() and fit()
     )
@@ -119,12 +146,18 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         trainer.validate(module, datamodule=dm, verbose=False)
         results["val_before_rl"] = dict(module.last_val)
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt is not None else None)
-    if getattr(module, "last_val_iteration", None) != module.iteration or not getattr(module, "last_val", None):
+    if module.last_val_iteration != module.iteration or not module.last_val:
         trainer.validate(module, datamodule=dm, verbose=False)
     results["val_after_rl"] = dict(module.last_val)
-    results["val_sampling"] = sampling_params(r, validation=True).describe()
+    results["val_sampling"] = sampling_params(c["rollout"], validation=True).describe()
     results["iterations_done"] = int(module.iteration)
-    if engine_model is not model:  # sharded: the final weights, gathered (every rank takes part)
+    return module, trainer
+
+
+def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path) -> str:
+    """Save the final policy as a HF folder (``policy_hf``, rank 0); sharded, the final weights are
+    gathered into the engine's copy first (every rank takes part). Returns its path."""
+    if engine_model is not model:
         sync_engine(engine, trainer, module)
         if getattr(engine, "model", None) is not engine_model:
             engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
@@ -132,19 +165,15 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     if trainer.is_global_zero:
         hf_dir = save_hf(engine_model, tokenizer, hf_dir)
     trainer.strategy.barrier("arl_export")
-    results["policy_hf"] = str(hf_dir)
-    loop.close()
-    if callable(getattr(engine, "close", None)):
-        engine.close()
-    metric = c.get("optimized_metric")
-    results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
-    if trainer.is_global_zero:
-        _print_summary(results, out_dir)
-        # the run's last act: what lets `ckpt_path=resume` recognise it as finished without its checkpoint
-        record = out_dir / f"{RESULTS_FILE}.tmp"
-        record.write_text(json.dumps(results, indent=2, default=float) + "\n")
-        os.replace(record, out_dir / RESULTS_FILE)  # whole or absent: a torn record would stop a resume
-    return results
+    return str(hf_dir)
+
+
+def _write_record(results: dict[str, Any], out_dir: Path) -> None:
+    """The run's last act: its record (``RESULTS_FILE``), what lets ``ckpt_path=resume`` recognise it
+    as finished without its checkpoint; written whole or not at all (a torn record would stop a resume)."""
+    record = out_dir / f"{RESULTS_FILE}.tmp"
+    record.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    os.replace(record, out_dir / RESULTS_FILE)
 
 
 def _quiet_lightning_logging() -> None:

@@ -1,4 +1,4 @@
-"""Start-up validation of the composed config (docs/design.md section 9), above every room.
+"""Start-up checks of the composed config (docs/design.md section 9), part of the orchestration room.
 
 Everything here runs before any model or environment is built, so a typo stops the run in
 seconds with a message that names the key and the valid choices (:func:`validate_config`), and a
@@ -68,11 +68,22 @@ def _validate_precision(c: dict[str, Any]) -> None:
 
 
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for the first invalid value of a training config."""
-    from arl.algos import validate_algo_config
-    from arl.envs.registry import env_names
-
+    """Raise :class:`ConfigError` for the first invalid value of a training config (checked group by
+    group: threads and algo, env and model, rollout, rl, bc)."""
     c = _as_dict(cfg)
+    _validate_threads_and_algo(c)
+    _validate_env_and_model(c)
+    _validate_rollout(c["rollout"])
+    _validate_rl(c)
+    if not c["bc"]["enabled"] and not c["rl"].get("enabled", True):
+        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
+    _validate_precision(c)
+    if c["bc"]["enabled"]:
+        _validate_bc(c)
+
+
+def _validate_threads_and_algo(c: dict[str, Any]) -> None:
+    from arl.algos import validate_algo_config
     from arl.utils.threads import parse_setting
 
     try:
@@ -83,17 +94,23 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
         validate_algo_config(c["algo"])
     except (KeyError, ValueError) as err:
         raise ConfigError(str(err).strip("'\"")) from None
+
+
+def _validate_env_and_model(c: dict[str, Any]) -> None:
+    from arl.envs.registry import env_names
+    from arl.models.config import validate_model_config
+
     if ":" not in str(c["env"]["name"]):  # "package.module:Class" plugs in a user env
         _choice("env.name", c["env"]["name"], env_names())
     _positive("env.history_window", c["env"].get("history_window", 0), 0)
     _choice("model.name", c["model"]["name"], MODEL_NAMES)
-    from arl.models.config import validate_model_config
-
     try:
         validate_model_config(c["model"])
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    r = c["rollout"]
+
+
+def _validate_rollout(r: dict[str, Any]) -> None:
     _choice("rollout.engine", r["engine"], ENGINES)
     if r["engine"] == "hf":
         from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HF_CACHES
@@ -114,6 +131,10 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     for key in ("top_k", "val_top_k"):
         if key in r:
             _positive(f"rollout.{key}", r[key], 0)
+
+
+def _validate_rl(c: dict[str, Any]) -> None:
+    """``rl.*``, the trainer's scale and the memory plan's settings, and what the filter needs."""
     rl = c["rl"]
     for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
         _positive(f"rl.{key}", rl[key])
@@ -130,43 +151,47 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     _validate_plan(c)
     if rl["grad_clip"] <= 0:
         raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
-    if c["algo"]["filter"]["name"] != "none" and r["group_size"] < 2:
+    if c["algo"]["filter"]["name"] != "none" and c["rollout"]["group_size"] < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
-    bc = c["bc"]
-    if not bc["enabled"] and not rl.get("enabled", True):
-        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
-    _validate_precision(c)
-    if bc["enabled"]:
-        for key in ("episodes", "batch_size"):
-            _positive(f"bc.{key}", bc[key])
-        _positive("bc.epochs", bc["epochs"], 0)
-        if bc.get("val_every") is not None:
-            _positive("bc.val_every", bc["val_every"])
-        boot = bc.get("bootstrap") or {}
-        if boot.get("enabled"):
-            _positive("bc.bootstrap.episodes", boot["episodes"])
-            _positive("bc.bootstrap.epochs", boot["epochs"])
-            if isinstance(boot["temperature"], bool) or not isinstance(boot["temperature"], (int, float)) or boot["temperature"] <= 0:
-                raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
-            if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
-                raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
-        dag = bc.get("dagger") or {}
-        if dag.get("enabled"):
-            for key in ("rounds", "episodes", "epochs"):
-                _positive(f"bc.dagger.{key}", dag[key])
-            if isinstance(dag["temperature"], bool) or not isinstance(dag["temperature"], (int, float)) or dag["temperature"] < 0:
-                raise ConfigError(f"bc.dagger.temperature={dag['temperature']!r} must be >= 0 (0: the policy plays greedily)")
-            if r.get("sample_mode", "turn") != "turn":
-                raise ConfigError(
-                    "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
-                    "answer, which breaks the single token stream of trajectory mode"
-                )
-            from arl.agent.experts import expert_path
 
-            try:
-                expert_path(c["env"]["name"])
-            except KeyError as err:
-                raise ConfigError(f"bc.dagger: {err.args[0]}") from None
+
+def _validate_bc(c: dict[str, Any]) -> None:
+    """``bc.*`` of an enabled BC stage: its sizes, self-bootstrapping and DAgger."""
+    bc = c["bc"]
+    for key in ("episodes", "batch_size"):
+        _positive(f"bc.{key}", bc[key])
+    _positive("bc.epochs", bc["epochs"], 0)
+    if bc.get("val_every") is not None:
+        _positive("bc.val_every", bc["val_every"])
+    boot = bc.get("bootstrap") or {}
+    if boot.get("enabled"):
+        _positive("bc.bootstrap.episodes", boot["episodes"])
+        _positive("bc.bootstrap.epochs", boot["epochs"])
+        if isinstance(boot["temperature"], bool) or not isinstance(boot["temperature"], (int, float)) or boot["temperature"] <= 0:
+            raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
+        if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
+            raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
+    dag = bc.get("dagger") or {}
+    if dag.get("enabled"):
+        _validate_dagger(dag, c)
+
+
+def _validate_dagger(dag: dict[str, Any], c: dict[str, Any]) -> None:
+    for key in ("rounds", "episodes", "epochs"):
+        _positive(f"bc.dagger.{key}", dag[key])
+    if isinstance(dag["temperature"], bool) or not isinstance(dag["temperature"], (int, float)) or dag["temperature"] < 0:
+        raise ConfigError(f"bc.dagger.temperature={dag['temperature']!r} must be >= 0 (0: the policy plays greedily)")
+    if c["rollout"].get("sample_mode", "turn") != "turn":
+        raise ConfigError(
+            "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
+            "answer, which breaks the single token stream of trajectory mode"
+        )
+    from arl.agent.experts import expert_path
+
+    try:
+        expert_path(c["env"]["name"])
+    except KeyError as err:
+        raise ConfigError(f"bc.dagger: {err.args[0]}") from None
 
 
 def _validate_plan(c: dict[str, Any]) -> None:

@@ -1,0 +1,252 @@
+"""The behaviour-cloning stage (the paper's first stage): expert data, SFT, self-bootstrapping,
+DAgger, the dataset file and the cloned policy; and the end of a BC-only run.
+
+:func:`run_bc` is called by :func:`arl.run.pipeline.train`; its parts (expert collection, bootstrap,
+DAgger, the dataset file) live in :mod:`arl.bc`, the SFT module and data in ``modules`` and
+``datamodules``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from hydra.utils import instantiate
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+from omegaconf import DictConfig
+
+from arl.agent.loop import AgentLoop
+from arl.run.builders import build_trainer, container, sampling_params
+from arl.callbacks import EngineStart, IterationLog
+from arl.datamodules.sft_datamodule import SFTDataModule
+from arl.models.loading import save_hf
+from arl.modules.sft_module import BehaviourCloningModule
+from arl.utils.fsdp import full_state_dict, is_sharded
+from arl.utils.logging import console, results_table
+
+
+def _fit_bc_round(
+    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None
+) -> tuple[dict | None, int, dict[str, float]]:
+    """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
+
+    The rollout ``engine`` is built in the trainer's ``setup``, before the SFT (a vLLM that cannot
+    start stops the run before hours of SFT, not after), and sleeps while it trains
+    (:class:`arl.callbacks.EngineStart`).
+
+    Returns the gathered full weights when the trainer shards the model (the sharded ``model``
+    object is not usable outside its strategy any more), the number of training samples and the
+    last held-out metrics (``bc/val_*``; empty without held-out episodes).
+    """
+    c = container(cfg)
+    bc = c["bc"]
+    dm = SFTDataModule(
+        episodes, pad_id, int(bc["batch_size"]),
+        float(bc["val_fraction"]), int(c["seed"]), keep_failed=True, sample_mode=sample_mode,
+    )
+    module = BehaviourCloningModule(
+        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=dm.steps_per_epoch * epochs,
+        sharding=c["trainer"].get("sharding"),
+    )
+    # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
+    # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
+    every = min(int(bc["val_every"]), dm.steps_per_epoch) if bc.get("val_every") else None
+    trainer = build_trainer(
+        cfg, "bc", [IterationLog(), EngineStart(engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
+        num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
+        use_distributed_sampler=False,  # the DataModule splits every global batch across ranks itself
+    )
+    trainer.fit(module, datamodule=dm)
+    if every and dm.val_samples and dm.steps_per_epoch % every:  # score the final policy too
+        trainer.validate(module, datamodule=dm, verbose=False)
+    gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
+    held_out = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("bc/val_")}
+    return gathered, len(dm.train_samples), held_out
+
+
+def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
+    """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping and DAgger.
+
+    The data are expert episodes (or ``bc.dataset_path``); ``bc.epochs`` SFT epochs train on them
+    (0: none, the model already is a cloned policy). With ``bc.bootstrap.enabled`` the cloned
+    policy then samples fresh training tasks, the episodes that pass the return threshold join the
+    data and a second SFT round trains on all of it. With ``bc.dagger.enabled`` each of
+    ``bc.dagger.rounds`` rounds lets the policy play fresh tasks, has the expert label every state
+    it reached, adds those turns and trains on all of the data again. The data are saved as
+    ``<run>/bc_dataset.jsonl`` and the policy as ``<run>/bc_policy_hf`` (the RL start for
+    ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
+    the trainer sharded the old one).
+    """
+    stage = _BCStage(cfg, model, engine_model, tokenizer, loop, out_dir)
+    stage.validate_untrained()
+    items = stage.initial_data()
+    if int(stage.bc["epochs"]) > 0:
+        stage.results["bc/samples"] = float(stage.fit(items, int(stage.bc["epochs"])))
+    items = stage.bootstrap(items)
+    items = stage.dagger(items)
+    stage.finish(items)
+    return stage.results, stage.model
+
+
+class _BCStage:
+    """The state one :func:`run_bc` carries through its rounds: the model being trained (a fresh
+    copy after a sharded round), the data last written, the results so far."""
+
+    def __init__(self, cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
+        self.cfg, self.c = cfg, container(cfg)
+        self.bc, self.seed = self.c["bc"], int(self.c["seed"])
+        self.model, self.engine_model, self.tokenizer = model, engine_model, tokenizer
+        self.loop, self.engine, self.out_dir = loop, loop.engine, out_dir
+        self.results: dict[str, Any] = {}
+        self.saved = None  # the items list last written to <run>/bc_dataset.jsonl
+
+    def validate_untrained(self) -> None:
+        from arl.run.evaluation import run_validation
+
+        if self.bc.get("val_untrained"):
+            success = run_validation(self.loop, self.c["rollout"], seed=self.seed)["val/success_rate"]
+            self.results["bc/val_success_untrained"] = success
+            console.print(f"behaviour cloning: the untrained policy succeeds on {success:.3f} of validation")
+
+    def keep(self, items, what: str) -> None:
+        # the data are written before each SFT round: a run stopped in an hours-long round keeps
+        # them, and `bc.dataset_path=<run>/bc_dataset.jsonl` goes on without collecting again
+        from arl.bc import save_episodes
+
+        if rank_zero_only.rank == 0:
+            path = save_episodes(self.out_dir / "bc_dataset.jsonl", items, self.tokenizer, self.loop.sample_mode, self.loop.env_name)
+            console.print(f"behaviour cloning: {len(items)} episodes ({what}) saved to {path}")
+        self.saved = items
+
+    def save_policy(self) -> None:
+        if rank_zero_only.rank == 0:
+            self.results["bc_policy_hf"] = str(save_hf(self.engine_model, self.tokenizer, self.out_dir / "bc_policy_hf"))
+
+    def fit(self, items, epochs: int) -> int:
+        """One SFT round on ``items``; the policy is saved and the engine synced after it."""
+        from arl.bc import episodes_of
+
+        t0 = time.perf_counter()
+        gathered, n_samples, held_out = _fit_bc_round(
+            self.cfg, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs, self.engine
+        )
+        self.results.update(held_out)  # the last round's held-out loss and greedy agreement
+        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
+            self.engine_model.load_state_dict(gathered)
+            self.model = copy.deepcopy(self.engine_model)
+        self.save_policy()  # before the engine sync: an engine that fails to wake loses no SFT
+        self.engine.sync(self.engine_model)  # a no-op for the HF engine, which holds this very module
+        console.print(f"behaviour cloning: {epochs} epoch(s) on {n_samples} samples in {time.perf_counter() - t0:.1f}s")
+        return n_samples
+
+    def initial_data(self) -> list:
+        """``bc.dataset_path``'s episodes, or the expert's won episodes (written at once)."""
+        from arl.bc import bc_seeds, collect_expert, load_episodes
+
+        t0 = time.perf_counter()
+        if self.bc.get("dataset_path"):
+            items = load_episodes(self.bc["dataset_path"], self.tokenizer, self.loop.sample_mode, self.loop.env_name)
+            self.results["bc/dataset_episodes"] = float(len(items))
+            console.print(f"behaviour cloning: {len(items)} episodes from {self.bc['dataset_path']}")
+        else:
+            items, stats = collect_expert(self.loop, bc_seeds(self.seed, int(self.bc["episodes"])))
+            self.results.update(stats)
+            console.print(
+                f"behaviour cloning: {int(stats['bc/expert_episodes'])} expert episodes "
+                f"({len(items)} won) in {time.perf_counter() - t0:.1f}s"
+            )
+            if items:
+                self.keep(items, "expert")
+        if not items:
+            raise RuntimeError("behaviour cloning has no episode to learn from (the expert won none)")
+        return items
+
+    def bootstrap(self, items: list) -> list:
+        """``bc.bootstrap``: the cloned policy's passing episodes join the data, another SFT round."""
+        from arl.bc import bc_seeds, bootstrap
+
+        boot = self.bc.get("bootstrap") or {}
+        if not boot.get("enabled") or self.bc.get("dataset_path"):
+            return items
+        t0 = time.perf_counter()
+        rollout = self.c["rollout"]
+        params = dataclasses.replace(sampling_params(rollout), temperature=float(boot["temperature"]))
+        res = bootstrap(self.loop, bc_seeds(self.seed, int(boot["episodes"]), stream=1), params, float(boot["min_return"]),
+                        int(rollout["val_batch_size"]))
+        self.results.update({"bc/bootstrap_sampled": float(res.sampled), "bc/bootstrap_success": res.success,
+                             "bc/bootstrap_kept": float(len(res.kept))})
+        console.print(
+            f"self-bootstrapping: {res.sampled} sampled episodes, {res.success:.3f} won, {len(res.kept)} kept "
+            f"(return >= {boot['min_return']}, every turn valid) in {time.perf_counter() - t0:.1f}s"
+        )
+        if res.kept:
+            items = items + res.kept
+            self.keep(items, "expert and self-bootstrapped")
+            self.results["bc/samples"] = float(self.fit(items, int(boot["epochs"])))
+        return items
+
+    def dagger(self, items: list) -> list:
+        """``bc.dagger``: each round the expert labels the states the policy reached, another SFT round."""
+        from arl.bc import bc_seeds, dagger
+
+        dag = self.bc.get("dagger") or {}
+        rollout = self.c["rollout"]
+        for k in range(int(dag["rounds"]) if dag.get("enabled") else 0):
+            t0 = time.perf_counter()
+            params = dataclasses.replace(sampling_params(rollout), temperature=float(dag["temperature"]))
+            res = dagger(self.loop, bc_seeds(self.seed, int(dag["episodes"]), stream=2 + k), params, int(rollout["val_batch_size"]))
+            self.results.update({"bc/dagger_success": res.success, "bc/dagger_turns": float(res.turns),
+                                 "bc/dagger_agreement": res.agreement})
+            console.print(
+                f"DAgger round {k + 1}/{dag['rounds']}: the policy won {res.success:.3f} of {res.sampled} episodes, "
+                f"chose the expert's action on {res.agreement:.3f} of {res.turns} labelled turns "
+                f"in {time.perf_counter() - t0:.1f}s"
+            )
+            items = items + res.labelled
+            self.keep(items, f"with DAgger round {k + 1}")
+            self.results["bc/samples"] = float(self.fit(items, int(dag["epochs"])))
+        return items
+
+    def finish(self, items: list) -> None:
+        """The dataset's path (a given dataset is copied in) and the policy, when no round saved it."""
+        from arl.bc import save_episodes
+
+        self.results["bc/episodes"] = float(len(items))
+        if rank_zero_only.rank == 0:
+            path = self.out_dir / "bc_dataset.jsonl"
+            if self.saved is not items:  # a given dataset is copied in; new data were written before their round
+                path = save_episodes(path, items, self.tokenizer, self.loop.sample_mode, self.loop.env_name)
+            self.results["bc_dataset"] = str(path)
+        if "bc_policy_hf" not in self.results:  # no SFT round ran (bc.epochs=0): the policy as it came
+            self.save_policy()
+
+
+def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, engine, out_dir: Path) -> dict[str, Any]:
+    """``rl.enabled=false``: validate the cloned policy, write ``bc_results.json``, summarise."""
+    import json
+
+    from arl.run.evaluation import run_validation
+
+    val = run_validation(loop, c["rollout"], seed=int(c["seed"]))
+    results["val_after_bc"] = val
+    loop.close()
+    if callable(getattr(engine, "close", None)):
+        engine.close()
+    metric = c.get("optimized_metric")
+    results["optimized_metric"] = val.get(metric) if metric else None
+    if rank_zero_only.rank == 0:
+        (out_dir / "bc_results.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
+        rows = []
+        if "bc/val_success_untrained" in results:
+            rows.append(("val success, untrained", f"{results['bc/val_success_untrained']:.3f}"))
+        rows.append(("val success after BC", f"{val.get('val/success_rate', float('nan')):.3f}"))
+        rows.append(("val valid-action ratio", f"{val.get('val/valid_action_ratio', float('nan')):.3f}"))
+        rows.append(("validation sampling", sampling_params(c["rollout"], validation=True).describe()))
+        rows.append(("episodes in the dataset", f"{int(results.get('bc/episodes', 0))}"))
+        rows.append(("dataset", results.get("bc_dataset", "-")))
+        rows.append(("policy (model.init_from)", results.get("bc_policy_hf", "-")))
+        console.print(results_table("ARL behaviour cloning summary", rows))
+    return results
