@@ -2,7 +2,7 @@
 
 Hydra names a multirun's job folders by the whole override string (``algo=dapo_gigpo,debug=cpu_small,
 env.kwargs.dim_room=[7,7],...,rl.~2586ced8c2``): up to ~290 characters, with brackets and commas, cut
-and hashed where the file system limits a name. The readers do not need that name (``arl.report.find_runs``
+and hashed where the file system limits a name. The readers do not need that name (``arl.analysis.runs.find_runs``
 labels a run by its ``.hydra/overrides.yaml``), so an archive can carry short flat names instead, as the
 newer studies write them (``hydra.sweep.subdir=${algo.name}_seed${seed}``, scripts/study_lib.sh)::
 
@@ -11,9 +11,9 @@ newer studies write them (``hydra.sweep.subdir=${algo.name}_seed${seed}``, scrip
 
 The run folders are the direct subfolders that hold ``.hydra/overrides.yaml`` (the layout stays flat;
 other folders are left alone). The rule, from each run's overrides as the readers take them
-(``arl.report.read_overrides``, which drops path-like keys, ``arl.report.PATH_KEYS``):
+(``arl.analysis.runs.read_overrides``, which drops path-like keys, ``arl.analysis.runs.PATH_KEYS``):
 
-* the overrides every run shares are dropped (``arl.report.common_overrides``); the rest vary;
+* the overrides every run shares are dropped (``arl.analysis.runs.common_overrides``); the rest vary;
 * the name is ``<algo>``, then ``<key><value>`` for every other varying key (in the order the runs'
   overrides first give them), then ``seed<k>``, joined by ``_``: ``grpo_lr0.0003_mb8_seed1``. ``algo`` and
   ``seed`` are named whenever a run sets them, varying or not (every archive's runs are told apart by
@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # `arl` without installing, too
 
-from arl.report import Run, common_overrides, read_overrides  # noqa: E402
+from arl.analysis.runs import Run, common_overrides, read_overrides  # noqa: E402
 
 FIRST, LAST = "algo", "seed"
 

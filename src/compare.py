@@ -7,7 +7,7 @@
 Each argument is an eval run folder (its ``val_episodes.jsonl``) or an episodes file (a training
 run's ``val_episodes/iter<k>.jsonl``), taken two at a time as (before, after). Prints a markdown
 table: per pair the games gained and lost with McNemar's exact test, then the gain over the pairs
-with its 95 % t interval, and success per task type (``arl.report.compare_table``).
+with its 95 % t interval, and success per task type (``arl.analysis.games.compare_table``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without instal
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arl.report import compare_table
+    from arl.analysis.games import compare_table
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("validations", type=Path, nargs="+", help="BEFORE AFTER [BEFORE AFTER ...]")

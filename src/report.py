@@ -7,8 +7,8 @@
     python src/report.py findings --write          # ... written into the pages, between their markers
     python src/report.py findings --check          # exit 1 naming every number a page has that the archives do not give
 
-Prints the table; see ``arl.report`` for what each column means and ``arl.findings`` for the
-findings (spec: docs/results/findings.yaml). A multirun folder named ``findings`` is ``./findings``.
+Prints the table; see ``arl.analysis.report`` for what each column means and ``arl.analysis.findings``
+for the findings (spec: docs/results/findings.yaml). A multirun folder named ``findings`` is ``./findings``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ DEFAULT_SPEC = ROOT / "docs" / "results" / "findings.yaml"
 
 
 def findings_main(argv: list[str]) -> int:
-    from arl.findings import check_pages, generate, load_spec, write_pages
+    from arl.analysis.findings import load_spec
+    from arl.analysis.pages import check_pages, generate, write_pages
 
     ap = argparse.ArgumentParser(prog="report.py findings",
                                  description="the findings of the results page, computed from the run archives")
@@ -64,15 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["findings"]:
         return findings_main(argv[1:])
-    from arl.report import write_report
+    from arl.analysis.report import write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run); `findings`: see above")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")
     ap.add_argument("--contrast", action="append", default=None, metavar="SPEC",
-                    help='a paired comparison over seeds (one table per measure of arl.report.MEASURES), "A - B" or '
-                         '"A - B - C + D" with settings named as in the report (repeatable; default: every '
-                         'setting against algo=grpo)')
+                    help='a paired comparison over seeds (one table per measure of arl.analysis.tables.MEASURES), '
+                         '"A - B" or "A - B - C + D" with settings named as in the report (repeatable; default: '
+                         'every setting against algo=grpo)')
     args = ap.parse_args(argv)
     try:
         path = write_report(args.multirun, args.out, contrasts=args.contrast)

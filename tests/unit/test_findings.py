@@ -1,4 +1,4 @@
-"""The results page's findings (arl.findings): a fixture archive of 2 methods x 3 seeds with known
+"""The results page's findings (arl.analysis): a fixture archive of 2 methods x 3 seeds with known
 values, the numbers of its findings and threshold tables by hand, the page check, studies of other
 envs (math_tool, ALFWorld: their description, a single setting's gain, the per-type and game-by-game
 blocks), and the real docs/results.md against the real archives."""
@@ -129,7 +129,7 @@ def archive(tmp_path):
 
 
 def _spec(archive):
-    from arl.findings import load_spec
+    from arl.analysis.findings import load_spec
 
     return load_spec(archive / "results" / "findings.yaml")
 
@@ -145,7 +145,7 @@ def _p_df2(t):  # Student's t with 2 degrees of freedom: P(|T| > |t|) = 1 - |t| 
 
 
 def test_the_t_distribution_and_holm_by_hand():
-    from arl.findings import holm, paired_p, t_p_two_sided
+    from arl.analysis.contrasts import holm, paired_p, t_p_two_sided
 
     for t in (0.3, 1.0, 2.5, 12.0):
         assert t_p_two_sided(t, 1) == pytest.approx(1 - 2 / math.pi * math.atan(t), abs=1e-12)  # Cauchy
@@ -171,7 +171,8 @@ def test_fisher_on_the_issue_s_counts():
 
 
 def test_the_findings_table_by_hand(archive):
-    from arl.findings import finding_row, generate
+    from arl.analysis.findings import finding_row
+    from arl.analysis.pages import generate
 
     spec = _spec(archive)
     diffs_train = [c - g for c, g in zip(RUNS["cispo"]["train"], RUNS["grpo"]["train"])]
@@ -218,7 +219,7 @@ def test_the_findings_table_by_hand(archive):
 
 
 def test_the_threshold_table_by_hand(archive):
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     rows = generate(_spec(archive), "s1-threshold").splitlines()
     assert rows[0] == "| KL threshold | CISPO | GRPO | p CISPO vs GRPO | p CISPO pooled |"
@@ -233,7 +234,7 @@ def test_the_threshold_table_by_hand(archive):
 
 
 def test_without_a_seed_and_the_format_and_collapse_tables(archive):
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     spec = _spec(archive)
     text = generate(spec, "s1-without-seed-1")
@@ -258,7 +259,7 @@ def test_a_record_rewritten_by_a_reload_is_named(archive):
 
     from torch.utils.tensorboard import SummaryWriter
 
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     run = archive / "results" / "s1" / "runs" / "algo=grpo,seed=3"
     for r in (archive / "results" / "s1" / "runs").iterdir():
@@ -282,7 +283,8 @@ def test_a_folder_name_reused_by_another_archive_is_named_only_for_a_run_of_the_
     there neither the name nor the label tells the two apart."""
     import shutil
 
-    from arl.findings import generate, load_spec
+    from arl.analysis.findings import load_spec
+    from arl.analysis.pages import generate
 
     results = archive / "results"
     shutil.copytree(results / "s1" / "runs", results / "s2" / "runs")
@@ -304,10 +306,10 @@ def test_a_folder_name_reused_by_another_archive_is_named_only_for_a_run_of_the_
 
 def test_a_repeated_step_takes_the_value_of_the_file_written_last_whatever_the_mtimes(tmp_path):
     """A resumed run logs into a new event file; after a copy or a checkout the files' mtimes no
-    longer say which came last, the creation time in their names does (arl.report.event_files)."""
+    longer say which came last, the creation time in their names does (arl.analysis.runs.event_files)."""
     import os
 
-    from arl.report import event_files, read_scalars
+    from arl.analysis.runs import event_files, read_scalars
 
     run = tmp_path / "run"
     for value in (0.25, 0.75):  # the first process, then the resumed one, both logging step 3
@@ -321,7 +323,7 @@ def test_a_repeated_step_takes_the_value_of_the_file_written_last_whatever_the_m
 
 
 def test_the_page_check_names_every_number_that_differs(archive, capsys):
-    from arl.findings import check_pages, write_pages
+    from arl.analysis.pages import check_pages, write_pages
     from report import main
 
     spec = _spec(archive)
@@ -425,7 +427,7 @@ def _other_study(root, env, types=False):
 
 
 def test_a_math_study_names_its_templates_and_held_out_problems(tmp_path):
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     spec = _other_study(tmp_path, MATH_ENV)
     study = spec.study("other_study")
@@ -445,7 +447,8 @@ def test_a_math_study_names_its_templates_and_held_out_problems(tmp_path):
 
 
 def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
-    from arl.findings import finding_row, generate
+    from arl.analysis.findings import finding_row
+    from arl.analysis.pages import generate
 
     spec = _other_study(tmp_path, MATH_ENV)
     study = spec.study("other_study")
@@ -475,7 +478,7 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
 
 
 def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_path):
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     spec = _other_study(tmp_path, ALFWORLD_ENV, types=True)
     setup = generate(spec, "other_study-setup")
@@ -501,7 +504,7 @@ def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_
 
 
 def test_the_games_block_pools_the_seeds_by_hand(tmp_path):
-    from arl.findings import generate
+    from arl.analysis.pages import generate
 
     rows = generate(_other_study(tmp_path, MATH_ENV), "other_study-games").splitlines()
     assert rows[0] == "| setting | seeds | problems | won at start | won last | gained | lost | McNemar p |"
@@ -514,7 +517,7 @@ def test_the_games_block_pools_the_seeds_by_hand(tmp_path):
 
 def test_a_study_key_with_an_underscore_has_its_blocks_written_and_checked(tmp_path):
     """``math_study-games``: the page markers take the study keys of the spec, underscores and all."""
-    from arl.findings import check_pages, write_pages
+    from arl.analysis.pages import check_pages, write_pages
 
     spec = _other_study(tmp_path, MATH_ENV)
     page = tmp_path / "other.md"
@@ -530,7 +533,8 @@ def test_a_study_key_with_an_underscore_has_its_blocks_written_and_checked(tmp_p
 @pytest.mark.timeout(120)
 def test_the_real_results_page_says_what_the_archives_give():
     """docs/results.md and README.md against docs/results/*/runs (about 5 s: every event file read once)."""
-    from arl.findings import check_pages, generate, load_spec
+    from arl.analysis.findings import load_spec
+    from arl.analysis.pages import check_pages, generate
 
     spec = load_spec(ROOT / "docs" / "results" / "findings.yaml")
     assert check_pages(spec) == []

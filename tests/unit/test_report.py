@@ -5,7 +5,9 @@ import math
 import pytest
 
 from arl_testing import write_rl_events
-from arl.report import find_runs, group_table, parse_overrides, run_table, validation_table, write_report
+from arl.analysis.report import write_report
+from arl.analysis.runs import find_runs, parse_overrides
+from arl.analysis.tables import group_table, run_table, validation_table
 
 
 _write_run = write_rl_events
@@ -68,7 +70,7 @@ def test_run_table_values(multirun):
 
 
 def test_confidence_intervals_by_hand():
-    from arl.report import mean_ci, t975
+    from arl.utils.stats import mean_ci, t975
 
     assert t975(1) == 12.706 and t975(9) == 2.262 and t975(22) == 2.086 and t975(500) == 1.96
     m, half = mean_ci([1.0, 2.0, 3.0, 4.0])  # std 1.291, t(3) 3.182: 3.182 x 1.291 / 2
@@ -165,7 +167,7 @@ def test_cli_errors_are_clear(tmp_path, capsys):
 
 
 def test_fisher_exact_by_hand():
-    from arl.report import fisher_exact
+    from arl.utils.stats import fisher_exact
 
     # 4/4 collapsed against 0/4: only the table itself and its mirror are as extreme,
     # each with probability 1 / C(8, 4) = 1/70
@@ -178,7 +180,7 @@ def test_fisher_exact_by_hand():
 
 
 def test_the_report_tests_collapse_counts_between_settings(tmp_path):
-    from arl.report import collapse_tests
+    from arl.analysis.tables import collapse_tests
 
     root = tmp_path / "m"
     for method, collapsed in (("cispo", 4), ("cispo_seqmask", 0)):
@@ -191,7 +193,8 @@ def test_the_report_tests_collapse_counts_between_settings(tmp_path):
 
 
 def test_a_best_checkpoint_worse_than_the_start_is_flagged():
-    from arl.report import Run, validation_line
+    from arl.analysis.report import validation_line
+    from arl.analysis.runs import Run
 
     fell = Run("a", {"algo": "cispo"}, {"val/success_rate": [(0, 0.281), (10, 0.031), (20, 0.078)]},
                best_checkpoint="best-iter20.ckpt")
@@ -204,7 +207,7 @@ def test_a_best_checkpoint_worse_than_the_start_is_flagged():
 
 
 def test_paired_contrasts_over_shared_seeds(tmp_path):
-    from arl.report import contrast_table, default_contrasts
+    from arl.analysis.tables import contrast_table, default_contrasts
     from report import main
 
     root = tmp_path / "m"
@@ -293,7 +296,7 @@ def test_an_archived_run_reports_like_the_original(tmp_path):
 
 
 def test_smoothing_is_a_centred_moving_average():
-    from arl.report import smooth
+    from arl.analysis.plots import smooth
 
     series = [(1, 0.0), (2, 1.0), (3, 0.0), (4, 1.0), (5, float("nan"))]
     assert smooth(series, 3) == [(1, 0.5), (2, pytest.approx(1 / 3)), (3, pytest.approx(2 / 3)), (4, 0.5), (5, 1.0)]
@@ -301,7 +304,7 @@ def test_smoothing_is_a_centred_moving_average():
 
 
 def test_success_per_task_type_from_start_to_final(tmp_path):
-    from arl.report import type_table
+    from arl.analysis.tables import type_table
 
     root = tmp_path / "m"
     for seed, (heat, look) in enumerate([((0.5, 0.75), (0.2, 0.2)), ((0.5, 0.25), (0.4, 0.6))], start=1):
@@ -341,7 +344,7 @@ def test_mcnemar_exact_by_hand():
 def test_game_by_game_pairs_the_first_and_last_validation(tmp_path):
     import json
 
-    from arl.report import games_table, paired_games
+    from arl.analysis.games import games_table, paired_games
 
     root = tmp_path / "m"
     outcomes = {  # seed -> (won at iteration 0, won at iteration 30) per task seed
@@ -383,7 +386,7 @@ def _episodes(path, won, types="aabbcc", extra=()):
 
 
 def test_compare_table_by_hand(tmp_path):
-    from arl.report import compare_table
+    from arl.analysis.games import compare_table
 
     # pair 1: seeds 2 and 4 gained, 3 lost (4 - 3 won: gain 1/6); a game only one side played and an
     # episode that ended with an environment error are left out. Pair 2: all six lost.

@@ -3,7 +3,7 @@
 ``<dirpath>/iter<k>.jsonl`` after the validation at RL iteration ``k`` (0: before RL), one line per
 episode without an environment error, sorted by task seed: ``seed``, ``task_type``, ``won``,
 ``return``, ``turns``, ``valid_turns``. Validation plays the same seeds every time, so two files of
-a run pair up game by game (``arl.report.paired_games``): what RL won and lost on each held-out
+a run pair up game by game (``arl.analysis.games.paired_games``): what RL won and lost on each held-out
 game, a much finer comparison than two success rates. Under DDP/FSDP the ranks' shares are
 gathered and rank 0 writes (to a temporary name, then renamed). A resumed run drops the files of
 iterations after its checkpoint, as TensorBoard drops their steps: the run that wrote them is

@@ -1,0 +1,358 @@
+"""The results page's findings, computed from the run archives (``python src/report.py findings``).
+
+A spec (``docs/results/findings.yaml``) names, per finding of the paper (and of ours beyond it),
+the study and its archive, the measure, the paired contrast, the correction and what the paper's
+sign is. This module loads it (:func:`load_spec`) and makes the findings table (:func:`findings_block`)
+and README's headline table (:func:`headline_block`), a row per finding (:func:`finding_row`). The
+archives are read with :mod:`arl.analysis.runs`'s readers (:mod:`arl.analysis.study`); the other
+generated blocks are :mod:`arl.analysis.blocks`', and :mod:`arl.analysis.pages` writes them all into
+the pages the spec lists, between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``, and checks them.
+
+Statistics, per contrast (``"algo=sampo - algo=grpo"``, or a difference of differences): the
+per-seed values over the seeds every term ran (:func:`arl.utils.stats.contrast_values`), their
+mean and Student-t 95 % interval (uncorrected, as :mod:`arl.analysis.report` prints it), and the paired
+t-test's two-sided p, Holm-adjusted over the study's family of planned contrasts on the same
+measure. The verdict rule is :func:`arl.analysis.contrasts.verdict`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from arl.analysis.contrasts import Contrast, collapse_tests, fmt_p, paired_p, ratio_values, threshold_window, verdict
+from arl.analysis.runs import read_config, read_overrides
+from arl.analysis.study import MEASURE_KINDS, Measure, Study
+from arl.utils.stats import mean_ci, parse_contrast
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+@dataclass
+class Spec:
+    path: Path
+    data: dict
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def alpha(self) -> float:
+        return float(self.data.get("alpha", 0.05))
+
+    @cached_property
+    def studies(self) -> dict[str, Study]:
+        out = {}
+        for key, s in (self.data.get("studies") or {}).items():
+            known = {"title", "archive", "report", "command", "family", "measures"}
+            out[key] = Study(key, s.get("title", key), self.root / s["archive"], s.get("command", ""),
+                             self.data.get("names") or {}, self.root / s["report"] if s.get("report") else None,
+                             list(s.get("family") or []), list(s.get("measures") or []),
+                             {k: v for k, v in s.items() if k not in known})
+        for study in out.values():
+            study.peers = list(out.values())
+        return out
+
+    @property
+    def findings(self) -> list[dict]:
+        return list(self.data.get("findings") or [])
+
+    @property
+    def pages(self) -> dict[Path, list[str]]:
+        return {_shown(self.root / p): list(blocks) for p, blocks in (self.data.get("pages") or {}).items()}
+
+    def study(self, key: str) -> Study:
+        if key not in self.studies:
+            raise ValueError(f"{self.path}: no study {key!r}; studies: {', '.join(self.studies)}")
+        return self.studies[key]
+
+
+def _shown(path: Path) -> Path:
+    """``path`` resolved, relative to the working folder when it lies under it (for messages)."""
+    path = path.resolve()
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def load_spec(path: Path) -> Spec:
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such spec: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    spec = Spec(path, data)
+    for f in spec.findings:
+        for key in ("id", "finding", "paper", "expect"):
+            if key not in f:
+                raise ValueError(f"{path}: finding {f.get('id', '?')!r} lacks {key!r}")
+        for m in f.get("measures", []):
+            if m not in MEASURE_KINDS:
+                raise ValueError(f"{path}: finding {f['id']!r}: no measure {m!r}; measures: {', '.join(MEASURE_KINDS)}")
+    return spec
+
+
+# --------------------------------------------------------------------------- the findings table
+
+
+@dataclass
+class Line:
+    """One measure of a finding: its result, interval and verdict, long (the findings table) and
+    short (README's headline table)."""
+
+    ours: str
+    interval: str
+    verdict: str
+    ours_short: str = ""
+    interval_short: str = ""
+
+
+@dataclass
+class Row:
+    finding: str
+    paper: str
+    lines: list[Line]
+    notes: list[str]  # caveats and the scale, under the verdicts
+    command: str
+    archive: str
+    headline: bool = False
+
+    def cells(self, columns: list[str], short: bool = False) -> list[str]:
+        pick = (lambda ln, a, b: getattr(ln, b) or getattr(ln, a)) if short else (lambda ln, a, b: getattr(ln, a))
+        values = {"finding": self.finding, "paper": self.paper,
+                  "ours": "<br>".join(pick(ln, "ours", "ours_short") for ln in self.lines),
+                  "interval": "<br>".join(pick(ln, "interval", "interval_short") for ln in self.lines),
+                  "verdict": "<br>".join([ln.verdict for ln in self.lines] + (self.notes[:-1] if short else self.notes)),
+                  "command": self.command, "archive": self.archive}
+        return [values[c] for c in columns]
+
+
+def _contrast_items(spec: Spec, f: dict) -> list[tuple[Study, str]]:
+    items = []
+    for c in f.get("contrasts") or []:
+        if isinstance(c, dict):
+            items.append((spec.study(c["study"]), c["contrast"]))
+        else:
+            items.append((spec.study(f["study"]), c))
+    return items
+
+
+def archive_note(study: Study) -> str:
+    """``"`arena_stage1` (28 runs; no run records, no per-game episodes)"``."""
+    c = study.completeness
+    lacks = []
+    if c["records"] == 0:
+        lacks.append("no run records")
+    elif c["records"] < c["runs"]:
+        lacks.append(f"{c['runs'] - c['records']} run records missing")
+    if c["episodes"] == 0:
+        lacks.append("no per-game episodes")
+    if c["reloaded"]:
+        lacks.append(f"{len(c['reloaded'])} record rewritten by a reload")
+    if shared := _shared_names(study):
+        lacks.append(f"{len(shared)} folder names reused from `{shared[0][1]}`")
+    return f"`{study.archive.parent.name}` ({c['runs']} runs{'; ' + ', '.join(lacks) if lacks else ''})"
+
+
+def _shared_names(study: Study) -> list[tuple[str, str]]:
+    """(folder name, other archive) for this archive's run folders whose names another archive of
+    the spec also uses, for a run of the same overrides with another start (``model.init_from``):
+    neither the name nor the label (path-like keys are no part of either) tells the two apart. A
+    name shared with a run of other overrides is not named: a run folder's name says only what
+    varies within its archive (``<algo>_seed<k>``, scripts/rename_runs.py)."""
+    out = []
+    mine = {r.name: r for r in study.runs}
+    for other in study.peers:
+        if other is study or other.archive == study.archive or not other.archive.is_dir():
+            continue
+        theirs = {p.name for p in other.archive.iterdir() if p.is_dir()}
+        for name in sorted(set(mine) & theirs):
+            if read_overrides(study.archive / name) != read_overrides(other.archive / name):
+                continue
+            a = (study.config(mine[name]).get("model") or {}).get("init_from")
+            b = (read_config(other.archive / name).get("model") or {}).get("init_from")
+            if a != b and other.key < study.key:  # named on the later archive
+                out.append((name, other.archive.parent.name))
+    return out
+
+
+def _label(measure: Measure, studies: list[Study]) -> str:
+    labels = {measure.short.format(**s.facts) for s in studies}
+    return labels.pop() if len(labels) == 1 else measure.short.split(" (")[0]
+
+
+def _scale(studies: list[Study]) -> str:
+    return "at " + " and ".join(s.short for s in studies) + " scale"
+
+
+def finding_row(spec: Spec, f: dict) -> Row:
+    """The findings table's row of one finding of the spec."""
+    kind = f.get("kind", "contrast")
+    if kind == "recorded":
+        return _recorded_row(f, spec.alpha)
+    if kind == "collapse-count":
+        return _collapse_row(spec, f, spec.alpha)
+    if kind == "ratio":
+        return _ratio_row(spec, f, spec.alpha)
+    items = _contrast_items(spec, f)
+    studies = list(dict.fromkeys(s for s, _ in items))
+    multi = len(studies) > 1
+    out = []
+    for m in f["measures"]:
+        contrasts = [s.contrast(c, m) for s, c in items]
+        label = _label(MEASURE_KINDS[m], studies)
+        names = [f"{c.study.short} {c.name}" if multi else c.name for c in contrasts]
+        ours = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f} ({c.above}/{len(c.values)} above 0)"
+                                         for n, c in zip(names, contrasts))
+        ours_short = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f}" for n, c in zip(names, contrasts))
+        lo_hi, holms, interval = _interval_cell(contrasts)
+        words = []
+        for c in contrasts:
+            effect_p, effect_note = None, ""
+            eff = f.get("paper_effect")
+            if eff and eff.get("measure", m) == m:
+                base = statistics.fmean(c.study.by_setting(m)[eff["of"]].values())
+                size = float(eff["relative"]) * base
+                raw = paired_p(c.values, null=size)
+                effect_p = min(1.0, raw * c.family_size)
+                effect_note = (f"; the paper's size, {size:+.3f} ({100 * eff['relative']:.1f} % of "
+                               f"{c.study.name(eff['of'])}'s {base:.3f}): p {fmt_p(raw)}, Bonferroni {fmt_p(effect_p)}")
+            word = verdict(c.p_holm, c.mean, f["expect"], alpha=spec.alpha, ours=bool(f.get("ours")), effect_p=effect_p)
+            if word == "inconclusive" and c.p < spec.alpha:
+                word += " (uncorrected only)"
+            words.append((word, effect_note))
+        head = label.split(" (")[0]
+        if len({w for w, _ in words}) == 1:
+            both = {2: " (both)"}.get(len(words), " (all)" if len(words) > 2 else "")
+            text = f"{head}: **{words[0][0]}**{both}" + "".join(n for _, n in words)
+        else:
+            text = f"{head}: " + "; ".join(f"{n} **{w}**{note}" for n, (w, note) in zip(names, words))
+        out.append(Line(ours, interval, text, ours_short, f"{lo_hi}; Holm p {holms}"))
+    notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale(studies)]
+    return Row(f["finding"], f["paper"], out, notes, " / ".join(f"`{s.command}`" for s in studies),
+               "; ".join(archive_note(s) for s in studies), bool(f.get("headline")))
+
+
+def _interval_cell(contrasts: list[Contrast]) -> tuple[str, str, str]:
+    """(the intervals, the Holm p's, the findings table's interval cell) of a finding's contrasts on
+    one measure: ``"[-0.388, -0.029]"``, ``"0.038"``, ``"[-0.388, -0.029] (t 95 %, 3 paired seeds,
+    uncorrected); p 0.038, Holm 0.038 over 1 contrast"`` (seeds, not paired seeds, when every
+    contrast is one setting's own value)."""
+    lo_hi = ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in (c.interval for c in contrasts))
+    seeds = "/".join(map(str, sorted({len(c.values) for c in contrasts})))
+    fam = sorted({c.family_size for c in contrasts})
+    holms = ", ".join(fmt_p(c.p_holm) for c in contrasts)
+    paired = "paired " if any(len(parse_contrast(c.spec)) > 1 for c in contrasts) else ""
+    return lo_hi, holms, (f"{lo_hi} (t 95 %, {seeds} {paired}seeds, uncorrected); p "
+                          f"{', '.join(fmt_p(c.p) for c in contrasts)}, Holm {holms} over {'/'.join(map(str, fam))} "
+                          f"contrast{'s' if fam != [1] else ''}")
+
+
+def _recorded_row(f: dict, alpha: float) -> Row:
+    """A finding from values recorded when the runs were made (no archive): mean and t interval."""
+    seeds = list(f["values"])
+    values = [float(f["values"][s]) for s in seeds]
+    m, half = mean_ci(values)
+    p = paired_p(values)
+    word = verdict(p, m, f["expect"], alpha, bool(f.get("ours")))
+    label = f.get("label", f["measure"])
+    line = Line(f"{f['measure']}: " + ", ".join(f"seed {s} {v:+.3f}" for s, v in zip(seeds, values)) + f"; mean {m:+.3f}",
+                f"[{m - half:+.3f}, {m + half:+.3f}] (t 95 %, {len(values)} seeds); p {fmt_p(p)}, no correction (a "
+                f"family of one)", f"**{word}**", f"{label}: {m:+.3f}", f"[{m - half:+.3f}, {m + half:+.3f}]")
+    return Row(f["finding"], f["paper"], [line], [f"({f['source']})", "at CPU scale"], f"`{f['command']}`",
+               "none (recorded values)", bool(f.get("headline")))
+
+
+def _collapse_row(spec: Spec, f: dict, alpha: float) -> Row:
+    study = spec.study(f["study"])
+    t = collapse_tests(study)
+    counts = t["counts"]
+    base_c, base_n = counts[t["baseline"]]
+    names = ", ".join(f"{study.name(x)} {counts[x][0]}/{counts[x][1]}" for x in t["tolerant"])
+    base = f"{study.name(t['baseline'])} {base_c}/{base_n}"
+    pc, pn, pp = t["pooled"]
+    per = ", ".join(fmt_p(p) for p in t["per"].values())
+    holms = ", ".join(fmt_p(p) for p in t["holm"].values())
+    words = [verdict(p, 1.0, "above", alpha) for p in t["holm"].values()]
+    lo, hi = threshold_window(study)
+    tol = "/".join(study.name(x) for x in t["tolerant"])
+    line = Line(f"runs with a detector event (as run: KL > {study.facts['kl_threshold']}, grad-norm spike or "
+                f"valid-action drop): {names}, {base}",
+                f"Fisher exact, two-sided: p {per} per method, uncorrected; Holm {holms}; the {len(t['tolerant'])} "
+                f"methods pooled ({pc}/{pn} against {base_c}/{base_n}): p {fmt_p(pp)}, pooling being a choice",
+                f"**{' / '.join(dict.fromkeys(words))}** as a count (Holm); the per-method p holds only for KL "
+                f"thresholds from {lo:.4f} (every {tol} run, no {study.name(t['baseline'])} run) up to {hi:.4f}",
+                f"detector events: {names}, {base}",
+                f"Fisher p {per} per method (Holm {holms}); pooled {fmt_p(pp)}, a choice of grouping")
+    notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale([study])]
+    return Row(f["finding"], f["paper"], [line], notes, f"`{study.command}`", archive_note(study),
+               bool(f.get("headline")))
+
+
+def _ratio_row(spec: Spec, f: dict, alpha: float) -> Row:
+    study = spec.study(f["study"])
+    out = []
+    for m in f["measures"]:
+        measure = MEASURE_KINDS[m]
+        for c in f["contrasts"]:
+            num, den = [x.strip() for x in c.split(" / ")]
+            values = list(ratio_values(study, num, den, m).values())
+            mean, half = mean_ci(values)
+            p = paired_p(values, null=1.0)
+            below = sum(v < 1 for v in values)
+            expect = "below" if f["expect"] == "below-one" else "above"
+            name = f"{measure.short}, {study.name(num)} / {study.name(den)}"
+            out.append(Line(f"{name}: {mean:.2f} ({below}/{len(values)} seeds below 1)",
+                            f"[{mean - half:.2f}, {mean + half:.2f}] (t 95 % of the per-seed ratios, {len(values)} "
+                            f"paired seeds); p {fmt_p(p)} against 1, no correction",
+                            f"**{verdict(p, mean - 1.0, expect, alpha, bool(f.get('ours')))}**",
+                            f"{name}: {mean:.2f}", f"[{mean - half:.2f}, {mean + half:.2f}]"))
+    notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale([study])]
+    return Row(f["finding"], f["paper"], out, notes, f"`{study.command}`", archive_note(study),
+               bool(f.get("headline")))
+
+
+FINDINGS_COLUMNS = ["finding", "paper", "ours", "interval", "verdict", "command", "archive"]
+
+
+FINDINGS_HEAD = ["finding", "the paper", "ours (measure: contrast, mean)", "interval (over what; correction)",
+                 "verdict (rule: findings.yaml)", "command", "archive"]
+
+
+def _table(head: list[str], rows: list[list[str]], align: list[str] | None = None) -> str:
+    align = align or ["---"] * len(head)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def findings_block(spec: Spec) -> str:
+    """The findings table, then the definition of every measure it uses per study and each study's scale."""
+    rows = [finding_row(spec, f) for f in spec.findings]
+    table = _table(FINDINGS_HEAD, [r.cells(FINDINGS_COLUMNS) for r in rows])
+    used: dict[str, list[str]] = {}
+    for f in spec.findings:
+        kind = f.get("kind", "contrast")
+        studies = ([s for s, _ in _contrast_items(spec, f)] if kind == "contrast" else
+                   [spec.study(f["study"])] if kind == "ratio" else [])
+        for s in studies:
+            used.setdefault(s.key, []).extend(f["measures"])
+    measures = [f"- {spec.studies[k].short}: " + "; ".join(spec.studies[k].fill(MEASURE_KINDS[m].describe)
+                                                          for m in dict.fromkeys(ms)) + "."
+                for k, ms in used.items()]
+    scales = [f"- {s.short} scale: {s.scale}." for s in spec.studies.values()]
+    return "\n".join([table, "", "Measures, from the runs' configs:", *measures, "", "Scales:", *scales])
+
+
+def headline_block(spec: Spec) -> str:
+    """README's table: the headline findings, their means, intervals (t 95 %, uncorrected) and verdicts."""
+    rows = [finding_row(spec, f) for f in spec.findings if f.get("headline")]
+    columns = ["finding", "ours", "interval", "verdict"]
+    return _table(["finding", "ours (measure: contrast, mean)", "t 95 % interval; Holm p", "verdict"],
+                  [r.cells(columns, short=True) for r in rows])

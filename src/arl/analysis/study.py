@@ -1,0 +1,285 @@
+"""A study of the findings spec: its archive's runs and configs, its measures, its env's task.
+
+A :class:`Study` (one entry of ``studies:`` in ``docs/results/findings.yaml``) reads its archive's
+runs (:func:`arl.analysis.runs.find_runs`) and their saved configs, says what the configs hold
+(:attr:`Study.facts`: temperatures, sizes, seeds, the start, and the env's description from
+:data:`ENV_KINDS`), gives a measure of :data:`MEASURE_KINDS` per setting and seed and a planned
+contrast with its Holm p over the study's family (:meth:`Study.contrast`), and what the archive
+holds and lacks (:attr:`Study.completeness`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+from arl.analysis.contrasts import Contrast, holm, paired_p, plural
+from arl.analysis.runs import Run, event_files, find_runs, read_config, seed_of, values_by_setting
+from arl.analysis.tables import MEASURES
+from arl.utils.stats import _seed_key, contrast_values, parse_contrast
+
+
+# --------------------------------------------------------------------------- measures
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a paired contrast compares per run, and how the page names it."""
+
+    short: str  # the cell's name, with {T} (training) or {VT} (validation) filled from the configs
+    value: Callable[[Run], float | None]
+    describe: str  # the full definition, with the config fields of :meth:`Study.facts`
+    # whether one setting's own value means something against 0 (a gain does; a success rate does not),
+    # so that a contrast of one setting ("algo=sampo") belongs to this measure's family
+    against_zero: bool = False
+
+
+def _window_mean(tag: str, first: int, last: int) -> Callable[[Run], float | None]:
+    def value(run: Run) -> float | None:
+        s = [v for step, v in run.scalars.get(tag, []) if first <= step <= last and math.isfinite(v)]
+        return statistics.fmean(s) if s else None
+
+    return value
+
+
+MEASURE_KINDS: dict[str, Measure] = {
+    "final": Measure("final success (T {val_T})", MEASURES["final validation success"],
+                     "final validation success: `val/success_rate` at iteration {iterations}, {val_episodes} "
+                     "{held_out} sampled at {VT}"),
+    "gain": Measure("gain over the start (T {val_T})", MEASURES["gain over the start"],
+                    "gain over the start: `val/success_rate` at iteration {iterations} minus at iteration 0 (the "
+                    "start policy), the same {val_episodes} {held_out} sampled at {VT}", against_zero=True),
+    "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
+                        "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
+                        "rounds included) at {T}, mean over the {iterations} iterations"),
+    "training-valid": Measure("training valid-action ratio ({T})", MEASURES["mean training valid-action ratio over the run"],
+                              "training valid-action ratio: `rollout/valid_action_ratio` at {T}, mean over the "
+                              "{iterations} iterations"),
+    "training-early": Measure("training success, iterations 2-6 ({T})", _window_mean("rollout/success_rate", 2, 6),
+                              "early training success: `rollout/success_rate` at {T}, mean over iterations 2-6 "
+                              "(the rollouts after the first five updates; iteration 1 plays the start policy)"),
+    "iteration-seconds": Measure("seconds an iteration", lambda r: r.mean("perf/iteration_s"),
+                                 "seconds an iteration: `perf/iteration_s`, mean over the run (two runs side by side)"),
+}
+
+
+# --------------------------------------------------------------------------- studies and archives
+
+
+def _holds_scalars(events: Path, prefix: str = "rollout/") -> bool:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    acc.Reload()
+    return any(t.startswith(prefix) for t in acc.Tags().get("scalars", []))
+
+
+@dataclass(eq=False)  # identity: a study is hashed and compared as itself
+class Study:
+    key: str
+    title: str
+    archive: Path
+    command: str
+    names: dict[str, str]
+    report: Path | None = None
+    family: list[str] = field(default_factory=list)
+    measures: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    peers: list["Study"] = field(default_factory=list, repr=False)  # the spec's studies, this one among them
+
+    @property
+    def short(self) -> str:
+        return self.title.split(":")[0]
+
+    @cached_property
+    def runs(self) -> list[Run]:
+        return [r for r in find_runs(self.archive) if not r.bc_only]
+
+    def config(self, run: Run) -> dict:
+        return self._configs[run.name]
+
+    @cached_property
+    def _configs(self) -> dict[str, dict]:
+        return {r.name: read_config(self.archive / r.name) for r in self.runs}
+
+    def select(self, seeds: set[str] | None = None) -> list[Run]:
+        return [r for r in self.runs if seeds is None or seed_of(r) in seeds]
+
+    def name(self, setting: str) -> str:
+        return self.names.get(setting, setting)
+
+    def contrast_name(self, spec: str) -> str:
+        terms = parse_contrast(spec)
+        out = ""
+        for i, (sign, name) in enumerate(terms):
+            out += ("" if sign > 0 else "-") if i == 0 else (" + " if sign > 0 else " - ")
+            out += self.name(name)
+        return out
+
+    def config_values(self, path: str) -> list:
+        """The distinct values at ``a.b.c`` of the runs' configs, in the runs' order (None where a
+        config lacks it; lists kept as lists)."""
+        values: dict[str, object] = {}
+        for r in self.runs:
+            node = self.config(r)
+            for key in path.split("."):
+                node = node.get(key) if isinstance(node, dict) else None
+            values.setdefault(str(node), node)
+        return list(values.values())
+
+    def _shared(self, path: str) -> str:
+        """The config value at ``a.b.c`` every run shares, or its values joined by `` / `` when they differ."""
+        return " / ".join(str(v) for v in self.config_values(path))
+
+    @cached_property
+    def facts(self) -> dict[str, str]:
+        """What the runs' configs say: temperatures, sizes, the regime (every run the same, or each
+        value), and the env's description (:data:`ENV_KINDS`: ``task``, ``task_scale``, ``held_out``)."""
+        g = self._shared
+        vt = f"T {g('rollout.val_temperature')}, top-p {g('rollout.val_top_p')}, top-k {_top_k(g('rollout.val_top_k'))}"
+        seeds = sorted({seed_of(r) for r in self.runs}, key=_seed_key)
+        return {
+            "T": f"T {g('rollout.temperature')}", "VT": vt, "val_T": g("rollout.val_temperature"),
+            "iterations": g("rl.iterations"), "val_episodes": g("rollout.val_episodes"),
+            "val_every": g("rl.val_every"), "lr": g("rl.optimizer.lr"),
+            "mini_batches": g("rl.mini_batches"), "groups": g("rollout.groups_per_step"),
+            "group_size": g("rollout.group_size"), "model": g("model.name"), "env": g("env.name"),
+            "turns": g("env.max_turns"), "seeds": ", ".join(seeds),
+            "n_seeds": str(len(seeds)), "start": _start_name(g("model.init_from")),
+            "kl_threshold": g("callbacks.collapse.kl_threshold"),
+            **ENV_KINDS.get(g("env.name"), _any_env)(self),
+        }
+
+    def fill(self, text: str) -> str:
+        return text.format(**self.facts)
+
+    @property
+    def scale(self) -> str:
+        """``"tiny model, Sokoban 6x6 with 1 box and 10 turns, 40 iterations at lr ..., 4 paired seeds"``."""
+        f = self.facts
+        seeds = plural(f["n_seeds"], "paired seed") if f["n_seeds"] != "1" else "1 seed"
+        return (f"{f['model']} model, {f['task_scale']}, "
+                f"{f['iterations']} iterations at lr {f['lr']} x {f['mini_batches']} mini-batches a rollout, {seeds}")
+
+    def by_setting(self, measure: str, seeds: set[str] | None = None) -> dict[str, dict[str, float]]:
+        """Setting -> {seed: the measure} over the runs of ``seeds`` (all when None)."""
+        key = (measure, frozenset(seeds) if seeds is not None else None)
+        if key not in self._values:
+            self._values[key] = values_by_setting(self.select(seeds), MEASURE_KINDS[measure].value)
+        return self._values[key]
+
+    @cached_property
+    def _values(self) -> dict:
+        return {}
+
+    def family_for(self, measure: str) -> list[str]:
+        """The planned contrasts that apply to ``measure``: all of them, except that a contrast of one
+        setting belongs only to a measure whose value means something against 0 (a gain)."""
+        return [c for c in self.family if len(parse_contrast(c)) > 1 or MEASURE_KINDS[measure].against_zero]
+
+    def contrast(self, spec: str, measure: str, seeds: set[str] | None = None) -> "Contrast":
+        per_seed = contrast_values(parse_contrast(spec), self.by_setting(measure, seeds))
+        family = list(dict.fromkeys([*self.family_for(measure), spec]))
+        ps = [paired_p(list(contrast_values(parse_contrast(c), self.by_setting(measure, seeds)).values()))
+              for c in family]
+        return Contrast(self, spec, measure, per_seed, holm(ps)[family.index(spec)], len(family))
+
+    @cached_property
+    def completeness(self) -> dict:
+        """What the archive holds per run: results records, per-game episodes, resumed / reloaded records."""
+        dirs = [self.archive / r.name for r in self.runs]
+        records = [d for d in dirs if (d / "rl_results.json").exists()]
+        resumed, reloaded = [], []
+        for d in records:
+            rec = json.loads((d / "rl_results.json").read_text())
+            if "resumed_from" in rec:
+                files = event_files(d / "tensorboard" / "rl")
+                # a reload of a finished run writes its record again and trains nothing: its newest
+                # event file holds no rollout
+                (reloaded if files and not _holds_scalars(files[-1]) else resumed).append(d)
+        return {"runs": len(dirs), "records": len(records), "episodes": sum((d / "val_episodes").is_dir() for d in dirs),
+                "resumed": resumed, "reloaded": reloaded,
+                "finished": sum(_last_step(r, "rollout/success_rate") == (self.config(r).get("rl") or {}).get("iterations")
+                                for r in self.runs)}
+
+
+# --------------------------------------------------------------------------- envs
+# Each env kind describes a study's task from its runs' configs: ``task`` (the setup block's words),
+# ``task_scale`` (the scale line's) and ``held_out`` (what a validation plays).
+
+
+def _listed(values: list, every: str) -> str:
+    """Config lists as the page names them: ``"a, b"``; ``every`` for null (all); the runs' values
+    joined by `` / `` where they differ."""
+    return " / ".join(every if v is None else ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+                      for v in values)
+
+
+def _sokoban(study: Study) -> dict[str, str]:
+    """Sokoban: the room, the boxes and the turns; validation on held-out levels."""
+    g = study._shared
+    room = g("env.kwargs.dim_room").strip("[]").replace(", ", "x")
+    boxes, turns = plural(g("env.kwargs.num_boxes"), "box"), g("env.max_turns")
+    return {"room": room, "boxes": g("env.kwargs.num_boxes"), "task": f"Sokoban {room}, {boxes}, {turns} turns",
+            "task_scale": f"Sokoban {room} with {boxes} and {turns} turns", "held_out": "held-out levels"}
+
+
+def _math_tool(study: Study) -> dict[str, str]:
+    """math_tool: the generated problems' templates (``env.kwargs.templates``, null: every one) or
+    the dataset's file (``env.kwargs.data_path``), and the turns; validation on held-out problems."""
+    templates, data = study.config_values("env.kwargs.templates"), study._shared("env.kwargs.data_path")
+    if data != "None":
+        what = f"problems of `{Path(data).name}`"
+    elif templates == [None]:
+        what = "generated problems of every template"
+    else:
+        what = f"generated problems of templates {_listed(templates, 'every template')}"
+    turns = study._shared("env.max_turns")
+    return {"task": f"math_tool, {what}, {turns} turns", "task_scale": f"math_tool ({what}) with {turns} turns",
+            "held_out": "held-out problems"}
+
+
+def _alfworld(study: Study) -> dict[str, str]:
+    """ALFWorld: the task types (``env.kwargs.task_types``, null: all six) and the turns;
+    validation on held-out games."""
+    types, turns = study.config_values("env.kwargs.task_types"), study._shared("env.max_turns")
+    if types == [None]:
+        task, what = f"ALFWorld, all six task types, {turns} turns", "all six task types"
+    else:
+        what = f"task types {_listed(types, 'all six')}"
+        task = f"ALFWorld {what}, {turns} turns"
+    return {"task": task, "task_scale": f"ALFWorld ({what}) with {turns} turns", "held_out": "held-out games"}
+
+
+def _any_env(study: Study) -> dict[str, str]:
+    """An env without a kind of its own: its name and turns; validation on held-out games."""
+    name, turns = study._shared("env.name"), study._shared("env.max_turns")
+    return {"task": f"{name}, {turns} turns", "task_scale": f"{name} with {turns} turns", "held_out": "held-out games"}
+
+
+#: ``env.name`` -> the description of a study's task (others: :func:`_any_env`)
+ENV_KINDS: dict[str, Callable[[Study], dict[str, str]]] = {
+    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld,
+}
+
+
+def _top_k(value: str) -> str:
+    """A config's top-k as the page says it: ``off`` for 0 or -1 (no top-k cut), else the number."""
+    return "off" if value in ("0", "-1") else value
+
+
+def _start_name(init_from: str) -> str:
+    """A BC start's folder as the study scripts name it: ``study/bc_start_long`` for
+    ``<checkout>/logs/study/bc_start_long/bc_policy_hf``."""
+    path = init_from.split("/logs/", 1)[-1]
+    return path.removesuffix("/bc_policy_hf")
+
+
+def _last_step(run: Run, tag: str) -> int | None:
+    s = run.scalars.get(tag)
+    return s[-1][0] if s else None

@@ -1,0 +1,238 @@
+"""The markdown tables of a multirun's report, and the measures a paired comparison compares.
+
+Per run (:func:`run_table`), per validation (:func:`validation_table`), per setting with the mean
+and 95 % t interval over its seeds and the bootstrap interval of the final success
+(:func:`group_table`), per task type (:func:`type_table`), the paired contrasts over seeds of each
+measure of :data:`MEASURES` (:func:`contrast_table`) and the collapse counts with Fisher's exact
+test (:func:`collapse_tests`). The cells' formats (:func:`format_mean_ci`, :func:`collapse_cell`,
+:func:`type_cells`) are also the findings pages' (:mod:`arl.analysis.blocks`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Iterable
+
+from arl.analysis.runs import Run, kl_tag, settings, values_by_setting
+from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci, parse_contrast
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def run_table(runs: Iterable[Run]) -> str:
+    """The per-run markdown table."""
+    runs = list(runs)
+    types = sorted({t for r in runs for t in r.task_types()})
+    head = ["run", "start success", "final success", "best success", *[f"final {t}" for t in types],
+            "steps to collapse", "peak KL", "peak grad norm", "clip fraction", "valid-action ratio", "optimiser steps",
+            "skipped updates"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for r in runs:
+        cells = [f"`{r.label}`", _fmt(r.first("val/success_rate")), _fmt(r.final("val/success_rate")),
+                 _fmt(r.best("val/success_rate")),
+                 *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
+                 _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
+                 _fmt(r.mean("actor/clipfrac"), 4), _fmt(r.final("rollout/valid_action_ratio")),
+                 _fmt(r.final("train/optimizer_steps"), 0), _fmt(r.final("train/updates_skipped"), 0)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+MAX_VALIDATION_COLUMNS = 12  # wider tables are left to the curves
+
+
+def validation_table(runs: Iterable[Run], tag: str = "val/success_rate") -> str:
+    """Validation success of every run at every validation iteration ("-" where a run had not
+    reached that check), then, where a setting has several seeds, its mean over the seeds that
+    reached each check. An empty string for fewer than two checks or more than
+    :data:`MAX_VALIDATION_COLUMNS` of them.
+
+    Example: runs ``seed=1`` (validations 0.2 at iteration 0, 0.4 at 10) and ``seed=2`` (0.3 at 0)
+    of one setting ``s`` give the rows ``| `seed=1` | 0.200 | 0.400 |``, ``| `seed=2` | 0.300 | - |``
+    and ``| mean of `s` (2 seeds) | 0.250 | 0.400 |``."""
+    runs = [r for r in runs if not r.bc_only and r.scalars.get(tag)]
+    steps = sorted({step for r in runs for step, _ in r.scalars[tag]})
+    if not 2 <= len(steps) <= MAX_VALIDATION_COLUMNS:
+        return ""
+    at = {r.name: dict(r.scalars[tag]) for r in runs}  # by folder: unique, where labels might repeat
+    head = ["run", *[f"it {s}" for s in steps]]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(steps)]
+    for r in runs:
+        lines.append("| " + " | ".join([f"`{r.label}`", *[_fmt(at[r.name].get(s)) for s in steps]]) + " |")
+    groups = settings(runs)
+    if any(len(m) > 1 for m in groups.values()):
+        for name, members in groups.items():
+            cells = []
+            for s in steps:
+                values = [at[r.name][s] for r in members if s in at[r.name]]
+                cells.append(_fmt(statistics.fmean(values)) if values else "-")
+            lines.append("| " + " | ".join([f"mean of `{name}` ({len(members)} seed{'s' if len(members) != 1 else ''})", *cells]) + " |")
+    return "\n".join(lines)
+
+
+def format_mean_ci(values: list[float], signed: bool = False) -> str:
+    """``"0.250 [0.120, 0.380]"``: the mean and its 95 % t interval over the values (one value
+    alone; ``"-"`` for none); ``signed`` writes a sign on every number (differences)."""
+    if not values:
+        return "-"
+    fmt = "+.3f" if signed else ".3f"
+    if len(values) == 1:
+        return f"{values[0]:{fmt}}"
+    m, half = mean_ci(values)
+    return f"{m:{fmt}} [{m - half:{fmt}}, {m + half:{fmt}}]"
+
+
+def collapse_tests(runs: Iterable[Run]) -> str:
+    """Collapse counts of every pair of settings where some run collapsed, with Fisher's exact
+    test (two-sided); an empty string when no run collapsed or there is one setting."""
+    groups = settings(r for r in runs if not r.bc_only)
+    counts = {g: (sum(r.steps_to_collapse() is not None for r in m), len(m)) for g, m in groups.items()}
+    names = list(counts)
+    lines = ["| setting A | collapsed | setting B | collapsed | Fisher p |", "|---|---:|---|---:|---:|"]
+    for i, x in enumerate(names):
+        for y in names[i + 1:]:
+            (cx, nx), (cy, ny) = counts[x], counts[y]
+            if cx + cy == 0:
+                continue
+            p = fisher_exact(cx, nx - cx, cy, ny - cy)
+            lines.append(f"| `{x}` | {cx}/{nx} | `{y}` | {cy}/{ny} | {p:.3f} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def format_bootstrap(values: list[float], signed: bool = False) -> str:
+    """``"[0.120, 0.380]"``: the percentile bootstrap 95 % interval of the mean (``"-"`` below two values)."""
+    if len(values) < 2:
+        return "-"
+    fmt = "+.3f" if signed else ".3f"
+    _, lo, hi = bootstrap_ci(values)
+    return f"[{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def collapse_cell(members: list[Run]) -> str:
+    """``"2/4 (it 1, 7)"``: runs the detector fired in, of the setting's runs, and the first
+    iteration it fired in each of them (time to collapse)."""
+    firsts = sorted(s for s in (r.steps_to_collapse() for r in members) if s is not None)
+    return f"{len(firsts)}/{len(members)}" + (f" (it {', '.join(map(str, firsts))})" if firsts else "")
+
+
+def group_table(runs: Iterable[Run]) -> str:
+    """Mean and 95 % confidence interval (t over the seeds) of each setting; the final success also
+    with its percentile bootstrap interval over the seeds."""
+    head = ["setting", "seeds", "final success", "final success, bootstrap", "gain over start", "best success",
+            "collapsed (first iteration)", "peak KL", "clip fraction", "valid-action ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for name, members in settings(runs).items():
+        def vals(fn):
+            return [v for v in (fn(r) for r in members) if v is not None]
+
+        finals = vals(lambda r: r.final("val/success_rate"))
+        cells = [f"`{name}`", str(len(members)), format_mean_ci(finals), format_bootstrap(finals),
+                 format_mean_ci(vals(lambda r: r.gain("val/success_rate")), signed=True),
+                 format_mean_ci(vals(lambda r: r.best("val/success_rate"))),
+                 collapse_cell(members),
+                 format_mean_ci(vals(lambda r: r.peak(kl_tag(r)))),
+                 format_mean_ci(vals(lambda r: r.mean("actor/clipfrac"))),
+                 format_mean_ci(vals(lambda r: r.final("rollout/valid_action_ratio")))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def type_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, list[str]]]]:
+    """(the task types, setting -> (its seeds, a cell per type)) of the runs' validation success per
+    task type (``val/success_rate/<type>``; envs with several types, ALFWorld's six): each cell
+    ``"start -> final [t 95 %] (gain +g [t 95 %])"``, the start the seeds' mean, the final and the
+    gain (final - start) with their t intervals over the seeds; ``"-"`` where the setting's runs
+    lack the type. No types (and no settings) when no run logged one."""
+    runs = [r for r in runs if not r.bc_only]
+    types = sorted({t for r in runs for t in r.task_types()})
+    if not types:
+        return [], {}
+    out = {}
+    for name, members in settings(runs).items():
+        cells = []
+        for t in types:
+            tag = f"val/success_rate/{t}"
+            starts = [v for v in (r.first(tag) for r in members) if v is not None]
+            finals = [v for v in (r.final(tag) for r in members) if v is not None]
+            gains = [v for v in (r.gain(tag) for r in members) if v is not None]
+            start = f"{sum(starts) / len(starts):.3f} -> " if starts else ""
+            gain = f" (gain {format_mean_ci(gains, signed=True)})" if gains else ""
+            cells.append(f"{start}{format_mean_ci(finals)}{gain}" if finals else "-")
+        out[name] = (len(members), cells)
+    return types, out
+
+
+def type_table(runs: Iterable[Run]) -> str:
+    """Validation success per task type of each setting (:func:`type_cells`): ``start -> final``
+    with the final's 95 % t interval over the seeds, and the gain per type. An empty string when
+    no run logged ``val/success_rate/<type>``."""
+    types, rows = type_cells(runs)
+    if not types:
+        return ""
+    lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
+    lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
+    return "\n".join(lines)
+
+
+def default_contrasts(runs: list[Run]) -> list[str]:
+    """Every setting against the paper's baseline, ``algo=grpo`` with the rest of its label equal,
+    when the runs have it (``algo=sampo - algo=grpo``, ...); none otherwise."""
+    groups = settings(r for r in runs if not r.bc_only)
+    out = []
+    for name, members in groups.items():
+        algo = members[0].overrides.get("algo")
+        if algo in (None, "grpo"):
+            continue
+        base = ",".join(f"{k}={'grpo' if k == 'algo' else v}" for k, v in members[0].overrides.items() if k != "seed")
+        if base in groups:
+            out.append(f"{name} - {base}")
+    return out
+
+
+#: what a paired comparison compares, per run (None: the run lacks it)
+MEASURES: dict[str, Callable[[Run], float | None]] = {
+    "final validation success": lambda r: r.final("val/success_rate"),
+    # every iteration's training episodes (64 a time on the CPU, the same tasks for every method of a
+    # seed): many more episodes than the last validation, so a tighter paired difference
+    "mean training success over the run": lambda r: r.mean("rollout/success_rate"),
+    # how soon a policy answers in the format (what the stage-aware filter is for) and how much of
+    # it a collapse costs: the mean of the per-iteration valid-action ratio of the training episodes
+    "mean training valid-action ratio over the run": lambda r: r.mean("rollout/valid_action_ratio"),
+    # what RL added to the start: the last validation minus the first (iteration 0, the start policy), on
+    # the same held-out games; a single setting's contrast ("algo=sampo") is its gain per seed
+    "gain over the start": lambda r: r.gain("val/success_rate"),
+}
+
+
+def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "final validation success") -> str:
+    """Paired comparisons over seeds: for each contrast (``"A - B"``, or a difference of differences
+    ``"A - B - C + D"``) the ``measure`` (a key of :data:`MEASURES`) combined per seed over the seeds
+    all its settings ran, with the mean, its t and bootstrap 95 % intervals, and how many seeds came
+    out above / below zero. A contrast naming a setting the runs lack says so in its row (a study
+    in progress still reports the rest; a misspelt name shows the names there are). An empty
+    string without contrasts."""
+    if not contrasts:
+        return ""
+    by_setting = values_by_setting(runs, MEASURES[measure])
+    head = ["contrast (per seed)", "seeds", "mean [t 95 %]", "bootstrap 95 %", "above / below 0", "per seed"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
+    for spec in contrasts:
+        try:
+            per_seed = contrast_values(parse_contrast(spec), by_setting)
+        except KeyError as err:  # a setting that has not run (yet): said in its row, the rest still reported
+            lines.append(f"| `{spec}` | 0 | {err.args[0]} | - | - | - |")
+            continue
+        values = list(per_seed.values())
+        if not values:
+            lines.append(f"| `{spec}` | 0 | - | - | - | - |")
+            continue
+        above, below = sum(v > 1e-12 for v in values), sum(v < -1e-12 for v in values)
+        lines.append(f"| `{spec}` | {len(values)} | {format_mean_ci(values, signed=True)} | {format_bootstrap(values, signed=True)} "
+                     f"| {above} / {below} | {', '.join(f'{s}: {v:+.3f}' for s, v in per_seed.items())} |")
+    return "\n".join(lines)
