@@ -47,12 +47,12 @@ from rich.table import Table
 
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.samples import build_samples, collate_tokens
-from arl.run.builders import tiny_model
 from arl.datamodules.batches import micro_batches
 from arl.models.tiny import TinyConfig, build_model
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
+from arl.run.builders import tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SOKOBAN = {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "prompt_style": "compact"}

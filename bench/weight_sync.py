@@ -64,8 +64,8 @@ class PeakRSS:
 
 
 def _models():
-    from arl.run.builders import tiny_model
     from arl.models.loading import load_policy
+    from arl.run.builders import tiny_model
 
     yield "tiny", lambda: load_policy(tiny_model())
     try:

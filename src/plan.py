@@ -64,8 +64,8 @@ def main(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from arl.run.checks import validate_config
     from arl.plan import PlanError, plan_config
+    from arl.run.checks import validate_config
     from arl.utils.config import ConfigError
     from arl.utils.placement import PlacementError, resolve_placement
 

@@ -30,8 +30,8 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
-    from arl.run.checks import check_machine, validate_config
     from arl.plan import startup_check
+    from arl.run.checks import check_machine, validate_config
     from arl.utils.config import ConfigError
     from arl.utils.threads import configure_threads
 

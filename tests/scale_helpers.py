@@ -130,8 +130,8 @@ def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from arl.run.builders import tiny_model
     from arl.models.loading import load_policy
+    from arl.run.builders import tiny_model
     from arl.utils.fsdp import fully_shard_model
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -161,7 +161,8 @@ def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
 def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
     """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
     from arl.agent.loop import Task
-    from arl.run.builders import build_agent_loop, build_engine, container, load_model, sampling_params
+    from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params
+    from arl.utils.config import container
 
     c = container(cfg)
     model, tok, _ = load_model(c["model"])
@@ -255,7 +256,8 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     Capture's result (after the first iteration) and the module's final weights and counters."""
     import lightning as L
 
-    from arl.run.builders import build_rl_module, build_strategy, container, load_model
+    from arl.run.builders import build_rl_module, build_strategy, load_model
+    from arl.utils.config import container
 
     c = container(cfg)
     model, tok, _ = load_model(c["model"])

@@ -99,8 +99,8 @@ def test_the_cloned_policy_is_saved_before_the_engine_takes_it(tmp_path, monkeyp
     memory waking up) loses no SFT: bc_policy_hf is written before the sync, and it holds the
     trained weights, not the untrained ones."""
     from arl.models.loading import load_policy
-    from arl.run.pipeline import train
     from arl.rollout.hf_engine import HFEngine
+    from arl.run.pipeline import train
 
     def out_of_memory(self, policy):
         raise RuntimeError("CUDA out of memory while waking the engine")
@@ -167,12 +167,12 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     from arl.agent.experts import expert_path
     from arl.agent.loop import Task
     from arl.bc import relabel
-    from arl.run.builders import build_agent_loop
     from arl.envs.registry import make_env
     from arl.envs.sokoban.expert import expert_response
     from arl.models.loading import load_policy
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
+    from arl.run.builders import build_agent_loop
 
     out, _ = bc_run
     model, tok = load_policy(out / "bc_policy_hf")

@@ -20,7 +20,6 @@ import pytest
 
 from arl_testing import ROOT
 
-
 GPU_CHECK = ROOT / "bench" / "gpu_check.sh"
 # what the kit brings (scripts/gpu_kit.py), hidden from the python of the bare-machine tests
 KIT_DISTRIBUTIONS = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify", "latex2sympy2_extended")

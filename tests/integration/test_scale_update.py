@@ -130,7 +130,8 @@ def test_non_finite_loss_is_skipped_and_counted(episodes, caplog):
 
     import lightning as L
 
-    from arl.run.builders import build_rl_module, container, load_model
+    from arl.run.builders import build_rl_module, load_model
+    from arl.utils.config import container
 
     poisoned = copy.deepcopy(episodes)
     poisoned[0].turns[0].reward = float("nan")

@@ -34,7 +34,8 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
-    from arl.run.builders import build_strategy, container
+    from arl.run.builders import build_strategy
+    from arl.utils.config import container
     from arl.utils.fsdp import ShardingConfigError
 
     model, _ = tiny

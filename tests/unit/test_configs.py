@@ -433,7 +433,8 @@ def test_protocol_keys_are_validated(override, message):
 
 
 def test_the_transformers_engine_takes_its_kv_cache_from_the_config(tiny):
-    from arl.run.builders import build_engine, container
+    from arl.run.builders import build_engine
+    from arl.utils.config import container
 
     model, tok = tiny
     assert build_engine(container(compose([]))["rollout"], model, tok).cache == "static"
@@ -446,7 +447,8 @@ def test_rollout_old_log_probs_refuse_the_rollout_correction():
 
 
 def test_the_horizon_is_the_generation_budget():
-    from arl.run.builders import container, loss_horizon
+    from arl.run.builders import loss_horizon
+    from arl.utils.config import container
 
     assert loss_horizon(container(compose(["rollout.max_new_tokens=24"]))) == 24
     assert loss_horizon(container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
@@ -464,7 +466,8 @@ def test_the_horizon_is_the_generation_budget():
     (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
 ])
 def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
-    from arl.run.builders import container, reuse_rollout_log_probs
+    from arl.run.builders import reuse_rollout_log_probs
+    from arl.utils.config import container
 
     assert reuse_rollout_log_probs(container(compose(overrides))) is reuse
 
@@ -551,7 +554,8 @@ def test_master_weights_are_fp32_and_activations_are_checkpointed_once(overrides
 
 def test_activation_checkpointing_is_applied_once(tiny_path):
     """Under a sharded trainer that checkpoints every block, the model's own checkpointing is left off."""
-    from arl.run.builders import container, load_model
+    from arl.run.builders import load_model
+    from arl.utils.config import container
 
     c = container(compose(["model=hf", f"model.path={tiny_path}", "model.gradient_checkpointing=true", "trainer=fsdp2_cpu",
                            "trainer.sharding.activation_checkpointing=true"]))

@@ -4,11 +4,10 @@ import math
 
 import pytest
 
-from arl_testing import write_rl_events
 from arl.analysis.report import write_report
 from arl.analysis.runs import find_runs, parse_overrides
 from arl.analysis.tables import group_table, run_table, validation_table
-
+from arl_testing import write_rl_events
 
 _write_run = write_rl_events
 

@@ -21,7 +21,6 @@ from arl.analysis.study import MEASURE_KINDS, Study
 from arl.analysis.tables import collapse_cell, format_mean_ci, type_cells
 from arl.utils.stats import _seed_key, mean_ci, parse_contrast
 
-
 # --------------------------------------------------------------------------- per-study blocks
 
 

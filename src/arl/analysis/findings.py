@@ -27,7 +27,6 @@ from arl.analysis.runs import read_config, read_overrides
 from arl.analysis.study import MEASURE_KINDS, Measure, Study
 from arl.utils.stats import mean_ci, parse_contrast
 
-
 # --------------------------------------------------------------------------- the spec
 
 

@@ -31,7 +31,6 @@ from arl.analysis.blocks import (
 )
 from arl.analysis.findings import Spec, findings_block, headline_block
 
-
 MARKER = re.compile(r"<!-- ([a-z0-9_-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from arl.analysis.runs import Run, Series, settings
 from arl.utils.stats import mean_ci
 
-
 PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; several tags = panels)
     "success": ("validation success rate", ["val/success_rate"]),
     "rollout_success": ("training rollout success rate (every iteration)", ["rollout/success_rate"]),

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-
-
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
 
 

@@ -23,7 +23,6 @@ from arl.analysis.runs import Run, event_files, find_runs, read_config, seed_of,
 from arl.analysis.tables import MEASURES
 from arl.utils.stats import _seed_key, contrast_values, parse_contrast
 
-
 # --------------------------------------------------------------------------- measures
 
 

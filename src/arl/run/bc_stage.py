@@ -19,11 +19,12 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from arl.agent.loop import AgentLoop
-from arl.run.builders import build_trainer, container, sampling_params
 from arl.callbacks import EngineStart, IterationLog
 from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
+from arl.run.builders import build_trainer, sampling_params
+from arl.utils.config import container
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from arl.agent.loop import AgentLoop
 from arl.algos import filters, schema
@@ -23,6 +23,7 @@ from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HFEngine
+from arl.utils.config import container
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 from arl.utils.placement import trainer_processes
 
@@ -52,11 +53,6 @@ def tiny_model(cfg=None, cache_dir=None) -> Path:
 
     cfg = cfg or TinyConfig()
     return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))
-
-
-def container(cfg: Any) -> dict[str, Any]:
-    """The config as plain containers (resolved); a dict passes through."""
-    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
 
 
 def sampling_params(rollout: dict[str, Any], validation: bool = False) -> SamplingParams:

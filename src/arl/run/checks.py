@@ -14,17 +14,11 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.samples import SAMPLE_MODES
-from arl.utils.config import ConfigError
+from arl.utils.config import ConfigError, container
 
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 ENGINES = ("hf", "vllm")
 OLD_LOG_PROBS = ("auto", "rollout", "recompute")
-
-
-def _as_dict(cfg: Any) -> dict[str, Any]:
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    return dict(cfg)
 
 
 def _choice(key: str, value: Any, valid) -> None:
@@ -70,7 +64,7 @@ def _validate_precision(c: dict[str, Any]) -> None:
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` for the first invalid value of a training config (checked group by
     group: threads and algo, env and model, rollout, rl, bc)."""
-    c = _as_dict(cfg)
+    c = container(cfg)
     _validate_threads_and_algo(c)
     _validate_env_and_model(c)
     _validate_rollout(c["rollout"])
@@ -319,7 +313,7 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     import importlib.util
     from pathlib import Path
 
-    c = _as_dict(cfg)
+    c = container(cfg)
     trainer = c.get("trainer") or {}
     accelerator = str(trainer.get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda"):

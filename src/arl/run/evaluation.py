@@ -119,8 +119,8 @@ def _run_key_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
-    from arl.run.builders import build_agent_loop, build_engine, sampling_params
     from arl.models.loading import load_policy
+    from arl.run.builders import build_agent_loop, build_engine, sampling_params
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if not ckpt.exists():

@@ -24,6 +24,9 @@ import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, open_dict
 
+from arl.callbacks import WeightSync
+from arl.callbacks.weight_sync import sync_engine
+from arl.models.loading import save_hf
 from arl.run.bc_stage import finish_bc_only, run_bc
 from arl.run.builders import (
     build_agent_loop,
@@ -31,15 +34,12 @@ from arl.run.builders import (
     build_rl_module,
     build_rollout_datamodule,
     build_trainer,
-    container,
     load_model,
     sampling_params,
 )
-from arl.callbacks import WeightSync
-from arl.callbacks.weight_sync import sync_engine
 from arl.run.checks import validate_config
-from arl.models.loading import save_hf
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
+from arl.utils.config import container
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
 

@@ -1,4 +1,5 @@
-"""Ground-floor config helpers: the error type of a bad config value and Hydra's resolvers.
+"""Ground-floor config helpers: the error type of a bad config value, the config as plain
+containers, and Hydra's resolvers.
 
 The start-up validation of the composed config sits above every room, in :mod:`arl.run.checks`.
 """
@@ -6,8 +7,14 @@ The start-up validation of the composed config sits above every room, in :mod:`a
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+def container(cfg: Any) -> dict[str, Any]:
+    """The config as plain containers (resolved); a mapping passes through as a dict."""
+    return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[return-value]
+
 
 RUN_DIRNAME_LIMIT = 200  # bytes; file systems allow 255 per name
 

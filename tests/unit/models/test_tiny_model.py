@@ -3,8 +3,8 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from arl.run.builders import tiny_model
 from arl.models.tiny import FORMAT_TOKENS, TinyConfig
+from arl.run.builders import tiny_model
 
 
 def test_tokenizer_round_trip_and_format_tokens(tiny):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from arl.utils.placement import PlacementError, Placement, export_placement, resolve_placement
+from arl.utils.placement import Placement, PlacementError, export_placement, resolve_placement
 
 SRUN = {"SLURM_NTASKS": "16", "SLURM_PROCID": "11", "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "8",
         "SLURM_JOB_NAME": "arl", "SLURM_NODEID": "1"}
