@@ -70,7 +70,9 @@ def number(low: float | None = None, high: float | None = None, *, low_open: boo
             return f"is out of range: must be <= {high}"
         return None
 
-    parts = ([f"{'>' if low_open else '>='} {low}"] if low is not None else []) + ([f"<= {high}"] if high is not None else [])
+    parts = ([f"{'>' if low_open else '>='} {low}"] if low is not None else []) + (
+        [f"<= {high}"] if high is not None else []
+    )
     return Check("number " + " and ".join(parts) if parts else "number", problem, float)
 
 
@@ -95,7 +97,9 @@ def optional(check: Check) -> Check:
 
 
 BOOLEAN = Check("`true` \\| `false`", lambda value: None if isinstance(value, bool) else "must be true or false")
-NON_EMPTY = Check("non-empty string", lambda value: None if isinstance(value, str) and value else "must be a non-empty string")
+NON_EMPTY = Check(
+    "non-empty string", lambda value: None if isinstance(value, str) and value else "must be a non-empty string"
+)
 
 
 def setting(default: Any, doc: str, check: Check) -> Any:
@@ -117,12 +121,14 @@ class LossConfig:
     agg: str = setting("token-mean", "loss aggregation (docs/algorithms.md)", one_of(lambda: aggregation.AGG_MODES))
     horizon: int | None = setting(
         None,
-        "H of seq-mean-token-sum-norm, a constant (null: the generation budget, rollout.max_new_tokens; x env.max_turns "
-        "in trajectory mode), never the padded width of a micro-batch",
+        "H of seq-mean-token-sum-norm, a constant (null: the generation budget, rollout.max_new_tokens; "
+        "x env.max_turns in trajectory mode), never the padded width of a micro-batch",
         optional(integer(1)),
     )
     clip_ratio_low: float = setting(0.2, "eps_low: lower clip bound 1 - eps_low (ppo_clip, gspo, cispo)", number(0.0))
-    clip_ratio_high: float = setting(0.2, "eps_high: upper clip bound 1 + eps_high (ppo_clip, gspo, cispo)", number(0.0))
+    clip_ratio_high: float = setting(
+        0.2, "eps_high: upper clip bound 1 + eps_high (ppo_clip, gspo, cispo)", number(0.0)
+    )
     clip_ratio_c: float = setting(3.0, "dual-clip constant c > 1 for A < 0 (ppo_clip)", number(1.0, low_open=True))
     tau_pos: float = setting(1.0, "SAPO gate temperature for A > 0", number(0.0, low_open=True))
     tau_neg: float = setting(1.05, "SAPO gate temperature for A <= 0", number(0.0, low_open=True))
@@ -152,7 +158,9 @@ class AdvantageConfig:
     gamma: float = setting(0.95, "gigpo: discount of the step returns", number(0.0, 1.0))
     step_weight: float = setting(1.0, "gigpo: w in A = A_episode + w * A_step", number(0.0))
     norm: str = setting(
-        "mean_norm", "gigpo: mean_norm (subtract the mean) | mean_std_norm (also divide by std)", one_of(lambda: advantages.NORM_MODES)
+        "mean_norm",
+        "gigpo: mean_norm (subtract the mean) | mean_std_norm (also divide by std)",
+        one_of(lambda: advantages.NORM_MODES),
     )
     norm_by_std: bool = setting(True, "grpo: divide by the group std + eps", BOOLEAN)
     cross_steps: bool = setting(
@@ -161,7 +169,9 @@ class AdvantageConfig:
     invalid_penalty: float = setting(
         -0.1, "added to the score and step return of a turn whose action did not parse", number(None, 0.0)
     )
-    eps: float = setting(1.0e-6, "grpo/gigpo: added to a std before dividing by it (the official 1e-6)", number(0.0, low_open=True))
+    eps: float = setting(
+        1.0e-6, "grpo/gigpo: added to a std before dividing by it (the official 1e-6)", number(0.0, low_open=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,9 @@ class FilterConfig:
     """``algo.filter``: dynamic sampling (the filter and the DataModule's re-rollout schedule)."""
 
     name: str = setting("none", "group filter", one_of(filters.FILTERS.names))
-    max_rollout_rounds: int = setting(3, "dapo/stage_aware: rollout rounds to fill the batch with kept groups", integer(1))
+    max_rollout_rounds: int = setting(
+        3, "dapo/stage_aware: rollout rounds to fill the batch with kept groups", integer(1)
+    )
     cold_start: int = setting(0, "iterations before the filter starts (official ALFWorld DAPO: 15)", integer(0))
     fill_last_round: bool = setting(
         True,
@@ -180,7 +192,9 @@ class FilterConfig:
     valid_ratio_threshold: float = setting(
         0.9, "stage_aware: keep all-failure groups while the valid-format ratio is below this", number(0.0, 1.0)
     )
-    atol: float = setting(0.0, "dapo/stage_aware: a group is constant when max - min of its returns <= atol", number(0.0))
+    atol: float = setting(
+        0.0, "dapo/stage_aware: a group is constant when max - min of its returns <= atol", number(0.0)
+    )
 
 
 @dataclass(frozen=True)
@@ -204,10 +218,6 @@ class AlgoConfig:
     filter: FilterConfig = section(FilterConfig, "dynamic sampling")
     kl: KLConfig = section(KLConfig, "KL penalty")
     entropy_coeff: float = setting(0.001, "entropy bonus: loss -= entropy_coeff * aggregated entropy", number())
-
-
-#: the keys of ``algo.filter`` that schedule the DataModule's re-rollout (not arguments of a filter)
-FILTER_SCHEDULE_KEYS: tuple[str, ...] = ("name", "max_rollout_rounds", "cold_start", "fill_last_round")
 
 
 # ----------------------------------------------------------------------------------------- walking it
@@ -262,7 +272,9 @@ def _build(cls: type, node: Any) -> Any:
     values = {}
     for f in dataclasses.fields(cls):
         value = node[f.name]
-        values[f.name] = _build(f.metadata["section"], value) if "section" in f.metadata else f.metadata["check"].cast(value)
+        values[f.name] = (
+            _build(f.metadata["section"], value) if "section" in f.metadata else f.metadata["check"].cast(value)
+        )
     return cls(**values)
 
 

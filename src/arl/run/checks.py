@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from arl.agent.samples import SAMPLE_MODES
 from arl.utils.config import ConfigError, container

@@ -58,11 +58,14 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     c = container(cfg)
     done = finished_results(c)
     if done is not None:
-        console.print(f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); nothing to run")
+        console.print(
+            f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
+            "nothing to run"
+        )
         return done
     ckpt = resolve_ckpt_path(c)
     resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
-    c, out_dir = _run_folder(cfg, ckpt, resume_it)
+    c, out_dir = _run_folder(cfg, c, ckpt, resume_it)
     L.seed_everything(int(c["seed"]), workers=True)
     _quiet_lightning_logging()
     model, tokenizer, engine_model, engine, loop = _load_parts(c)
@@ -90,19 +93,22 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     return results
 
 
-def _run_folder(cfg: DictConfig, ckpt: Path | None, resume_it: int | None) -> tuple[dict[str, Any], Path]:
+def _run_folder(
+    cfg: DictConfig, c: dict[str, Any], ckpt: Path | None, resume_it: int | None
+) -> tuple[dict[str, Any], Path]:
     """The run folder, and the config as plain containers: a resume in place (``rl.resume_in_place``)
     writes into the folder that wrote the checkpoint (``cfg.paths.output_dir`` is set to it and the
-    folder Hydra made gets a ``RESUMED_INTO.txt``); a finished run's old record is removed (it trains
-    on, so the record no longer holds)."""
-    c = container(cfg)
+    folder Hydra made gets a ``RESUMED_INTO.txt``, and ``c`` is converted again); a finished run's old
+    record is removed (it trains on, so the record no longer holds)."""
     out_dir = Path(c["paths"]["output_dir"])
     if ckpt is not None and c["rl"].get("resume_in_place", True) and ckpt.parent.name == "checkpoints":
         run_dir = ckpt.parent.parent
         if run_dir.resolve() != out_dir.resolve():
             if rank_zero_only.rank == 0:
                 out_dir.mkdir(parents=True, exist_ok=True)
-                (out_dir / "RESUMED_INTO.txt").write_text(f"{run_dir}\n(resumed from {ckpt} at iteration {resume_it})\n")
+                (out_dir / "RESUMED_INTO.txt").write_text(
+                    f"{run_dir}\n(resumed from {ckpt} at iteration {resume_it})\n"
+                )
             with open_dict(cfg):
                 cfg.paths.output_dir = str(run_dir)
             c = container(cfg)
@@ -136,10 +142,17 @@ def _rl_stage(cfg, c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks
     module = build_rl_module(cfg, model, tokenizer)
     dm = build_rollout_datamodule(c, loop, module)
     trainer = build_trainer(
-        cfg, "rl", [WeightSync(engine)], model=model,
-        purge_step=None if resume_it is None else resume_it + 1, extra_callbacks=callbacks,
-        max_epochs=1, val_check_interval=int(c["rl"]["val_every"]), check_val_every_n_epoch=None,
-        num_sanity_val_steps=0, enable_progress_bar=False,
+        cfg,
+        "rl",
+        [WeightSync(engine)],
+        model=model,
+        purge_step=None if resume_it is None else resume_it + 1,
+        extra_callbacks=callbacks,
+        max_epochs=1,
+        val_check_interval=int(c["rl"]["val_every"]),
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        enable_progress_bar=False,
         inference_mode=False,  # metric states persist across validate() and fit()
     )
     if ckpt is None:
