@@ -39,3 +39,23 @@ def tiny(tiny_path):
     model, tok = load_policy(tiny_path)
     model.eval()
     return model, tok
+
+
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+
+
+@pytest.fixture(autouse=True)
+def _launch_variables_stay_put():
+    """A test that leaves a launcher's variable set (``LOCAL_RANK=1``...) fails, and the variable is
+    restored: the DDP tests' subprocesses inherit the environment, and a leaked rank makes
+    Lightning wait forever for ranks it believes someone else launched."""
+    before = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
+    yield
+    after = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
+    if after != before:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        pytest.fail(f"the test left launcher variables changed: {before} -> {after}")

@@ -65,7 +65,10 @@ def test_export_writes_the_device_index_as_local_rank(monkeypatch):
     """vLLM's external launcher puts its worker on cuda:$LOCAL_RANK: with one GPU bound to the task
     that is cuda:0 whatever SLURM_LOCALID says."""
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
-        monkeypatch.delenv(key, raising=False)
+        # setenv, not delenv: delenv(raising=False) of an unset variable records nothing to undo, and
+        # the exported rank then leaked into later tests (a DDP subprocess test, seeing LOCAL_RANK=1
+        # and WORLD_SIZE=2, waited forever for a rank 0 nobody launched)
+        monkeypatch.setenv(key, "0")
     export_placement(Placement("srun", 11, 3, 16, "cuda:0"))
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"]) == ("11", "0", "16")
     export_placement(Placement("lightning", 1, 1, 2, "cpu"))
