@@ -2,12 +2,12 @@
 
 Each mutant is one textual edit of a source file under ``src/arl`` (a sign, a ratio, a clip bound,
 a coefficient, a filter rule, a normaliser, the sample-to-token mapping, the mini-batch count,
-the dynamic-sampling schedule). The script copies ``src``, ``tests``, ``configs`` and
-``pyproject.toml`` to a temporary folder (the working tree is never edited), and for each mutant
-applies the edit there, runs the fast tests that guard that file (``pytest -x``), records whether
-a test failed (the mutant is *killed*) or all passed (it *survived*), and restores the file. A
-mutant whose text is not found exactly once stops the script (the list must follow the code);
-``--check`` does only that check.
+the dynamic-sampling schedule, a metric's reduction over ranks). The script copies ``src``,
+``tests``, ``configs`` and ``pyproject.toml`` to a temporary folder (the working tree is never
+edited), and for each mutant applies the edit there, runs the fast tests that guard that file
+(``pytest -x``), records whether a test failed (the mutant is *killed*) or all passed (it
+*survived*), and restores the file. A mutant whose text is not found exactly once stops the script
+(the list must follow the code); ``--check`` does only that check.
 
     python scripts/mutation.py                      # all mutants; prints the table
     python scripts/mutation.py --only grpo_mean_sign,ppo_min
@@ -35,6 +35,7 @@ ALGOS_TESTS = ["tests/unit/algos", "tests/integration/test_update_oracle.py"]
 MODULE_TESTS = ["tests/integration/test_update_oracle.py", "tests/integration/test_scale_update.py"]
 SAMPLES_TESTS = ["tests/unit/agent/test_samples.py", "tests/integration/test_update_oracle.py"]
 DATA_TESTS = ["tests/unit/datamodules/test_dynamic_sampling.py", "tests/unit/datamodules/test_rollout_datamodule.py"]
+METRICS_TESTS = ["tests/unit/utils/test_metrics.py", "tests/unit/datamodules/test_rollout_datamodule.py"]
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,17 @@ MUTANTS: list[Mutant] = [
     M("dm_kept_groups_overcount", "datamodules/rollout_datamodule.py",
       "kept_groups += len(chosen)", "kept_groups += len(keep_ids) + len(fill_ids)",
       "the top-up counts groups it did not keep", tuple(DATA_TESTS)),
+    # ---------------------------------------------------------------- metrics over ranks
+    M("metrics_unweighted_mean", "utils/metrics.py",
+      "weights = [part.rule(name).weight for part in having]", "weights = [1.0 for part in having]",
+      "a mean over ranks ignores how many episodes, turns or tokens each rank's mean is over", tuple(METRICS_TESTS)),
+    M("metrics_sum_as_mean", "utils/metrics.py",
+      'elif kind == "sum":', 'elif kind == "total":',
+      "totals and shares are averaged over ranks instead of added up", tuple(METRICS_TESTS)),
+    M("metrics_turn_mean_by_episode", "agent/metrics.py",
+      'out.mean(f"{prefix}valid_action_ratio", sum(t.valid for t in turns) / len(turns), len(turns))',
+      'out.mean(f"{prefix}valid_action_ratio", sum(t.valid for t in turns) / len(turns), len(good))',
+      "the valid-action ratio is weighted by episodes, not turns, over ranks", tuple(METRICS_TESTS)),
 ]
 
 

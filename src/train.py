@@ -83,7 +83,7 @@ def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
         return
     ckpt = resolve_ckpt_path(c)
     stages = [s for s, on in (("bc", c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None),
-                              ("rl", c["rl"].get("enabled", True))) if on]
+                              ("rl", c["rl"]["enabled"])) if on]
     model = c["model"].get("init_from") or c["model"].get("path") or c["model"]["name"]
     print(
         f"dry run: {c['task_name']}: algo={c['algo']['name']} env={c['env']['name']} model={model} "

@@ -200,7 +200,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         vllm_utilization=float(vcfg.get("gpu_memory_utilization", 0.5)),
         vllm_sleep=bool(vcfg.get("enable_sleep_mode")) and on_gpu,
         vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
-        vllm_max_model_len=max_model_len, hf_rows=int(rollout.get("max_batch_size", 64)),
+        vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),
         hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),
         capacity_bytes=capacity, device_total_bytes=capacity,
     )
@@ -256,7 +256,7 @@ def _vllm_terms(rollout: Mapping[str, Any], arch: Architecture, on_gpu: bool) ->
 
         shape = SimpleNamespace(num_hidden_layers=arch.layers, num_key_value_heads=arch.kv_heads,
                                 head_dim=arch.head_dim, num_attention_heads=arch.heads, hidden_size=arch.hidden)
-        kv_bytes = kv_cache_bytes(shape, max_model_len, int(rollout.get("max_batch_size", 64)), vllm_bytes)
+        kv_bytes = kv_cache_bytes(shape, max_model_len, int(rollout["max_batch_size"]), vllm_bytes)
     return vllm_bytes, max_model_len, kv_bytes
 
 

@@ -189,17 +189,17 @@ def test_bc_experiments_stop_after_behaviour_cloning():
         validate_config(bad)
     with pytest.raises(ConfigError, match="bc.bootstrap.temperature"):
         validate_config(compose(["experiment=bc_webshop", "bc.bootstrap.temperature=0"]))
-    with pytest.raises(ConfigError, match=r"bc.val_every=0 must be >= 1"):
+    with pytest.raises(ConfigError, match=r"bc.val_every=0 is out of range: must be >= 1"):
         validate_config(compose(["experiment=bc_webshop", "bc.val_every=0"]))
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["bc.epochs=-1"], r"bc.epochs=-1 must be >= 0"),
-        (["bc.dagger.rounds=0"], r"bc.dagger.rounds=0 must be >= 1"),
-        (["bc.dagger.episodes=0"], r"bc.dagger.episodes=0 must be >= 1"),
-        (["bc.dagger.temperature=-0.5"], r"bc.dagger.temperature=-0.5 must be >= 0"),
+        (["bc.epochs=-1"], r"bc.epochs=-1 is out of range: must be >= 0"),
+        (["bc.dagger.rounds=0"], r"bc.dagger.rounds=0 is out of range: must be >= 1"),
+        (["bc.dagger.episodes=0"], r"bc.dagger.episodes=0 is out of range: must be >= 1"),
+        (["bc.dagger.temperature=-0.5"], r"bc.dagger.temperature=-0.5 is out of range: must be >= 0"),
         (["rollout.sample_mode=trajectory"], r"bc.dagger needs rollout.sample_mode=turn"),
     ],
 )
@@ -418,13 +418,13 @@ def test_validation_samples_as_the_paper_and_greedy_is_an_option():
 
 
 @pytest.mark.parametrize("override,message", [
-    ("rl.mini_batch_size=0", "rl.mini_batch_size=0 must be >= 1"),
+    ("rl.mini_batch_size=0", "rl.mini_batch_size=0 is out of range: must be >= 1"),
     ("rl.old_log_probs=maybe", "rl.old_log_probs='maybe' is not valid"),
     ("algo.loss.horizon=0", "algo.loss.horizon=0 is out of range"),
     ("algo.filter.cold_start=-1", "algo.filter.cold_start=-1 is out of range"),
-    ("rollout.val_top_p=0", "rollout.val_top_p=0 must be in (0, 1]"),
-    ("rollout.val_top_k=-3", "rollout.val_top_k=-3 must be >= 0"),
-    ("rollout.hf_cache=paged", "rollout.hf_cache='paged' is not valid; valid choices: dynamic, static"),
+    ("rollout.val_top_p=0", "rollout.val_top_p=0 is out of range: must be > 0.0"),
+    ("rollout.val_top_k=-3", "rollout.val_top_k=-3 is out of range: must be >= 0"),
+    ("rollout.hf_cache=paged", "rollout.hf_cache='paged' is not valid; valid: dynamic, static"),
 ])
 def test_protocol_keys_are_validated(override, message):
     with pytest.raises(ConfigError) as err:

@@ -6,32 +6,40 @@ from collections import defaultdict
 from typing import Iterable, Mapping, Sequence
 
 from arl.agent.records import Episode
+from arl.utils.metrics import Metrics
 
 
-def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> dict[str, float]:
-    """Success, return, length, validity and response-length statistics of ``episodes``.
-
-    Episodes with an environment error count in ``env_errors`` only.
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> Metrics:
+    """Success, return, length, validity and response-length statistics of ``episodes``, each
+    with how it combines over ranks: ``env_errors`` adds up (episodes with an environment error
+    count there only); episode means are weighted by the episodes without an error, turn means
+    (``valid_action_ratio``, ``response_len_mean``, ``truncated_ratio``) by their turns,
+    ``success_rate/<type>`` by that type's episodes; ``response_len_max`` is a max.
     """
     good = [e for e in episodes if not e.env_error]
     turns = [t for e in good for t in e.turns]
-    out: dict[str, float] = {f"{prefix}env_errors": float(len(episodes) - len(good))}
+    out = Metrics()
+    out.sum(f"{prefix}env_errors", len(episodes) - len(good))
     if not good:
         return out
-    out[f"{prefix}success_rate"] = sum(e.won for e in good) / len(good)
-    out[f"{prefix}return_mean"] = sum(e.ret for e in good) / len(good)
-    out[f"{prefix}episode_len"] = sum(e.num_turns for e in good) / len(good)
+    out.mean(f"{prefix}success_rate", sum(e.won for e in good) / len(good), len(good))
+    out.mean(f"{prefix}return_mean", sum(e.ret for e in good) / len(good), len(good))
+    out.mean(f"{prefix}episode_len", sum(e.num_turns for e in good) / len(good), len(good))
     if turns:
         lens = [len(t.response_ids) for t in turns]
-        out[f"{prefix}valid_action_ratio"] = sum(t.valid for t in turns) / len(turns)
-        out[f"{prefix}response_len_mean"] = sum(lens) / len(lens)
-        out[f"{prefix}response_len_max"] = float(max(lens))
-        out[f"{prefix}truncated_ratio"] = sum(t.truncated for t in turns) / len(turns)
+        out.mean(f"{prefix}valid_action_ratio", sum(t.valid for t in turns) / len(turns), len(turns))
+        out.mean(f"{prefix}response_len_mean", sum(lens) / len(lens), len(turns))
+        out.max(f"{prefix}response_len_max", max(lens))
+        out.mean(f"{prefix}truncated_ratio", sum(t.truncated for t in turns) / len(turns), len(turns))
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in good:
         counts[e.task_type][0] += int(e.won)
         counts[e.task_type][1] += 1
-    out.update(success_by_type([counts], prefix))
+    rates = success_by_type([counts], prefix)
+    for task_type, (_, played) in sorted(counts.items()):
+        key = f"{prefix}success_rate/{task_type}"
+        if key in rates:
+            out.mean(key, rates[key], played)
     return out
 
 

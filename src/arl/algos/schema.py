@@ -1,7 +1,8 @@
 """The ``algo`` config group, defined once: every key with its type, default, valid values and meaning.
 
-Each section is a frozen dataclass whose fields are settings (:func:`setting`): the default, one line
-of meaning and the check that validation applies. Everything else is derived from these classes:
+Each section is a frozen dataclass whose fields are settings (:func:`arl.utils.schema.setting`; the
+checks and the walking are shared with the run groups' sections): the default, one line of meaning
+and the check that validation applies. Everything else is derived from these classes:
 
 - :func:`validate_algo_config` checks a mapping (a dict or an OmegaConf ``DictConfig``) against
   them and raises one ``ValueError`` naming every missing, unknown or invalid key;
@@ -18,98 +19,29 @@ Nothing here imports a config library.
 from __future__ import annotations
 
 import dataclasses
-import math
 import sys
 import textwrap
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from arl.algos import advantages, aggregation, filters, kl, policy_losses
-
-
-# --------------------------------------------------------------------------------------------- checks
-@dataclass(frozen=True)
-class Check:
-    """A validation rule: ``problem(value)`` is None or what is wrong; ``rule`` says it for the docs."""
-
-    rule: str
-    problem: Callable[[Any], str | None]
-    cast: Callable[[Any], Any] = lambda value: value
-
-    def __call__(self, value: Any) -> str | None:
-        return self.problem(value)
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def one_of(names: Callable[[], tuple[str, ...]]) -> Check:
-    """A name from ``names()`` (read when checking, so registries may grow)."""
-
-    def problem(value: Any) -> str | None:
-        choices = names()
-        if isinstance(value, str) and value in choices:
-            return None
-        return f"is not valid; valid: {', '.join(choices)}"
-
-    return Check(" \\| ".join(f"`{n}`" for n in names()), problem)
-
-
-def number(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Check:
-    """A finite number in [low, high] (``low_open``: (low, high])."""
-
-    def problem(value: Any) -> str | None:
-        if not _is_number(value):
-            return "must be a finite number"
-        if low is not None and (value <= low if low_open else value < low):
-            return f"is out of range: must be {'>' if low_open else '>='} {low}"
-        if high is not None and value > high:
-            return f"is out of range: must be <= {high}"
-        return None
-
-    parts = ([f"{'>' if low_open else '>='} {low}"] if low is not None else []) + (
-        [f"<= {high}"] if high is not None else []
-    )
-    return Check("number " + " and ".join(parts) if parts else "number", problem, float)
-
-
-def integer(low: int) -> Check:
-    """An integer >= low (a bool is not one)."""
-
-    def problem(value: Any) -> str | None:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "must be an integer"
-        return f"is out of range: must be >= {low}" if value < low else None
-
-    return Check(f"integer >= {low}", problem, int)
-
-
-def optional(check: Check) -> Check:
-    """``null`` or what ``check`` accepts."""
-
-    def problem(value: Any) -> str | None:
-        return None if value is None else check(value)
-
-    return Check(f"null or {check.rule}", problem, lambda value: None if value is None else check.cast(value))
-
-
-BOOLEAN = Check("`true` \\| `false`", lambda value: None if isinstance(value, bool) else "must be true or false")
-NON_EMPTY = Check(
-    "non-empty string", lambda value: None if isinstance(value, str) and value else "must be a non-empty string"
+from arl.utils import schema as _schema
+from arl.utils.schema import (  # noqa: F401  (re-exported: the section helpers of this group)
+    BOOLEAN,
+    NON_EMPTY,
+    Check,
+    integer,
+    key_names,
+    number,
+    one_of,
+    optional,
+    replace,
+    section,
+    setting,
+    yaml_scalar,
 )
-
-
-def setting(default: Any, doc: str, check: Check) -> Any:
-    """A dataclass field that is a config key: its one default, its meaning and its check."""
-    return field(default=default, metadata={"doc": doc, "check": check})
-
-
-def section(cls: type, doc: str) -> Any:
-    """A dataclass field that is a nested block of keys."""
-    return field(default_factory=cls, metadata={"doc": doc, "section": cls})
 
 
 # ------------------------------------------------------------------------------------------- the schema
@@ -223,59 +155,15 @@ class AlgoConfig:
 # ----------------------------------------------------------------------------------------- walking it
 def keys(cls: type = AlgoConfig, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
     """Every leaf key as ``(dotted path, field)``, in declaration order."""
-    for f in dataclasses.fields(cls):
-        if "section" in f.metadata:
-            yield from keys(f.metadata["section"], f"{prefix}{f.name}.")
-        else:
-            yield f"{prefix}{f.name}", f
-
-
-def key_names(cls: type) -> tuple[str, ...]:
-    """The key names of one section (``key_names(AdvantageConfig)``)."""
-    return tuple(f.name for f in dataclasses.fields(cls))
-
-
-def _is_mapping(x: Any) -> bool:
-    return isinstance(x, Mapping) or (hasattr(x, "keys") and hasattr(x, "__getitem__"))
-
-
-def _check(node: Any, cls: type, path: str, errors: list[str]) -> None:
-    if not _is_mapping(node):
-        errors.append(f"{path} must be a mapping, got {node!r}")
-        return
-    known = key_names(cls)
-    for key in node:
-        if key not in known:
-            errors.append(f"{path}.{key} is not a known key; valid keys: {', '.join(known)}")
-    for f in dataclasses.fields(cls):
-        where = f"{path}.{f.name}"
-        if f.name not in node:
-            errors.append(f"{where} is missing")
-        elif "section" in f.metadata:
-            _check(node[f.name], f.metadata["section"], where, errors)
-        else:
-            problem = f.metadata["check"](node[f.name])
-            if problem is not None:
-                errors.append(f"{where}={node[f.name]!r} {problem}")
+    return _schema.keys(cls, prefix)
 
 
 def validate_algo_config(algo: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` naming every missing, unknown, misspelt or invalid key of ``algo``
     (the rules: the schema's checks, listed in docs/algorithms.md)."""
-    errors: list[str] = []
-    _check(algo, AlgoConfig, "algo", errors)
+    errors = _schema.problems(algo, AlgoConfig, "algo")
     if errors:
         raise ValueError("invalid algo config:\n  - " + "\n  - ".join(errors))
-
-
-def _build(cls: type, node: Any) -> Any:
-    values = {}
-    for f in dataclasses.fields(cls):
-        value = node[f.name]
-        values[f.name] = (
-            _build(f.metadata["section"], value) if "section" in f.metadata else f.metadata["check"].cast(value)
-        )
-    return cls(**values)
 
 
 def algo_config(algo: Mapping[str, Any] | AlgoConfig) -> AlgoConfig:
@@ -283,22 +171,7 @@ def algo_config(algo: Mapping[str, Any] | AlgoConfig) -> AlgoConfig:
     if isinstance(algo, AlgoConfig):
         return algo
     validate_algo_config(algo)
-    return _build(AlgoConfig, algo)
-
-
-def replace(cfg: Any, **changes: Any) -> Any:
-    """A copy of a config with dotted changes: ``replace(AlgoConfig(), **{"kl.coef": 0.0})``."""
-    nested: dict[str, dict[str, Any]] = {}
-    flat: dict[str, Any] = {}
-    for key, value in changes.items():
-        head, _, rest = key.partition(".")
-        if rest:
-            nested.setdefault(head, {})[rest] = value
-        else:
-            flat[head] = value
-    for head, inner in nested.items():
-        flat[head] = replace(getattr(cfg, head), **inner)
-    return dataclasses.replace(cfg, **flat)
+    return _schema.build(AlgoConfig, algo)
 
 
 # ----------------------------------------------------------------------------- the files derived from it
@@ -306,21 +179,6 @@ COMMENT_COLUMN = 32
 BASE_YAML = Path(__file__).resolve().parents[3] / "configs" / "algo" / "base.yaml"
 ALGORITHMS_MD = Path(__file__).resolve().parents[3] / "docs" / "algorithms.md"
 TABLE_MARKERS = ("<!-- algo-keys:begin -->", "<!-- algo-keys:end -->")
-
-
-def yaml_scalar(value: Any) -> str:
-    """A default as YAML writes it (``1.0e-06``: PyYAML reads an exponent as a float only with a dot)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        text = repr(value)
-        if "e" in text and "." not in text.split("e")[0]:
-            mantissa, exponent = text.split("e")
-            text = f"{mantissa}.0e{exponent}"
-        return text
-    return str(value)
 
 
 def render_base_yaml() -> str:

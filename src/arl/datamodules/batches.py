@@ -11,17 +11,20 @@ of two tensor tables (docs/design.md section 4), built by the DataModule from th
 - ``turns``, the turn table, shape (N,): ``group_id``, ``episode_id``, ``turn``, ``anchor_key``
   (int64), ``valid`` (bool), ``reward`` (the turn's environment reward), ``episode_return``.
 
-A validation batch (:class:`ValidationBatch`) holds per-episode results, shape (E,). The helpers
-below are the tensor operations both sides share: turn values onto tokens and back, and
-micro-batching under a token budget.
+A validation batch (:class:`ValidationBatch`) holds per-episode results, shape (E,); its metrics
+are logged as ``val/*`` and again under the name of how it sampled (:func:`with_protocol_names`).
+The other helpers below are the tensor operations both sides share: turn values onto tokens and
+back, and micro-batching under a token budget.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
+
+from arl.utils.metrics import Metrics
 
 
 @dataclass
@@ -33,17 +36,15 @@ class RolloutBatch:
         turns: the (N,) turn table.
         iteration: the RL iteration it was rolled out in.
         seconds: wall time of the rollout.
-        metrics: rollout and filter metrics of this rank.
-        reduce: how each metric combines over data-parallel ranks: ``"sum"``, ``"max"``, or a
-            weight (a count) for a weighted mean; metrics not listed are plain means over ranks.
+        metrics: rollout and filter metrics of this rank, each with how it combines over
+            data-parallel ranks.
     """
 
     tokens: dict[str, torch.Tensor]
     turns: dict[str, torch.Tensor]
     iteration: int
     seconds: float = 0.0
-    metrics: dict[str, float] = field(default_factory=dict)
-    reduce: dict[str, str | float] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
 
     @property
     def num_samples(self) -> int:
@@ -67,6 +68,14 @@ class ValidationBatch:
     protocol: str = ""
     task_types: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
+
+
+def with_protocol_names(metrics: Mapping[str, float], protocol: str) -> dict[str, float]:
+    """``metrics`` plus each ``val/<name>`` again as ``<protocol>/<name>``, the name that says how
+    validation sampled (``val_sampled``, ``val_greedy``; ``ValidationBatch.protocol``); no copy
+    when ``protocol`` is empty."""
+    named = {f"{protocol}/{k[4:]}": v for k, v in metrics.items() if k.startswith("val/")} if protocol else {}
+    return {**metrics, **named}
 
 
 def turn_values_to_tokens(values: torch.Tensor, turn_row: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,8 @@ their own so validation never moves the training stream.
 Under data parallelism (DDP, FSDP) ``groups_per_step`` and ``val_episodes`` are global: every
 rank draws the same seed list and rolls out its own contiguous share of it (rank r of W takes
 groups ``[G r / W, G (r+1) / W)``), so ranks do different tasks and one process with the same
-config does exactly the union. Rollout metrics carry how they combine over ranks
-(:attr:`RolloutBatch.reduce`), so the module can log exact global means.
+config does exactly the union. Each rollout metric carries how it combines over ranks
+(:class:`arl.utils.metrics.Metrics`), so the module can log exact global means.
 
 The state (``state_dict``, saved in every checkpoint) is the iteration, the base seed, and every
 rank's RNG states (python, numpy, torch) as they were when the checkpoint was written; a resumed
@@ -48,6 +48,7 @@ from arl.datamodules.batches import RolloutBatch, ValidationBatch
 from arl.envs.base import VAL_SEED_BASE
 from arl.rollout.engine import SamplingParams
 from arl.utils import distributed as dist_utils
+from arl.utils.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +92,6 @@ class _TrainStream(IterableDataset):
 def validation_protocol(params: SamplingParams) -> str:
     """``val_greedy`` or ``val_sampled``: the metric group that names how validation sampled."""
     return "val_greedy" if params.temperature <= 0 else "val_sampled"
-
-
-def with_protocol_names(metrics: dict[str, float], params: SamplingParams) -> dict[str, float]:
-    """``val/*`` metrics plus the same values under :func:`validation_protocol`'s prefix."""
-    group = validation_protocol(params)
-    return {**metrics, **{f"{group}/{k[4:]}": v for k, v in metrics.items() if k.startswith("val/")}}
 
 
 def validation_episodes(
@@ -288,7 +283,7 @@ class RolloutDataModule(LightningDataModule):
             log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
                      it, kept_groups - filled_groups, target, rounds, filled_groups)
         tokens, turns = collate_episodes(kept, self.agent_loop.sample_mode, self.pad_id)
-        return RolloutBatch(tokens, turns, it, seconds, metrics, rollout_reduce_spec(all_eps, metrics))
+        return RolloutBatch(tokens, turns, it, seconds, metrics)
 
     def _rollout_round(self, it: int, rounds: int, lo: int, hi: int) -> tuple[list[Task], list[Episode]]:
         """(tasks, episodes) of this rank's groups ``[lo, hi)`` in rollout round ``rounds`` of
@@ -302,25 +297,24 @@ class RolloutDataModule(LightningDataModule):
     def _train_metrics(
         self, all_eps: list[Episode], kept_groups: int, filled_groups: int, filtering: bool, rounds: int,
         tokens: int, env_steps: int, gen_s: float, env_s: float,
-    ) -> dict[str, float]:
-        """The iteration's filter, speed and rollout metrics; the episode statistics are over
-        ``all_eps``, every episode rolled out (kept or not)."""
-        metrics = {
-            "filter/kept_groups": float(kept_groups - filled_groups),
-            "filter/filled_groups": float(filled_groups),
-            "filter/active": float(filtering),
-            "filter/rounds": float(rounds),
-            "perf/generate_s": gen_s,
-            "perf/env_s": env_s,
-            "rollout/tokens_per_s": tokens / max(gen_s, 1e-9),
-            "rollout/env_steps_per_s": env_steps / max(env_s, 1e-9),
-            "rollout/env_worker_restarts": float(self.agent_loop.pool.restarts),
-            "rollout/episodes": float(len(all_eps)),  # over all ranks (their shares add up)
-        }
+    ) -> Metrics:
+        """The iteration's filter, speed and rollout metrics of this rank, with how each combines
+        over ranks (counts and throughputs add up, the slowest rank's times); the episode
+        statistics are over ``all_eps``, every episode rolled out (kept or not)."""
+        metrics = Metrics()
+        metrics.sum("filter/kept_groups", kept_groups - filled_groups)
+        metrics.sum("filter/filled_groups", filled_groups)
+        metrics.same("filter/active", filtering)
+        metrics.max("filter/rounds", rounds)
+        metrics.max("perf/generate_s", gen_s)
+        metrics.max("perf/env_s", env_s)
+        metrics.sum("rollout/tokens_per_s", tokens / max(gen_s, 1e-9))
+        metrics.sum("rollout/env_steps_per_s", env_steps / max(env_s, 1e-9))
+        metrics.sum("rollout/env_worker_restarts", self.agent_loop.pool.restarts)
+        metrics.sum("rollout/episodes", len(all_eps))
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/"))
         return metrics
-
 
     def _filter_round(self, episodes: list[Episode], last: bool) -> tuple[list[int], list[int]]:
         """(group ids the filter keeps, and on the last round with ``fill_last_round`` the
@@ -342,30 +336,3 @@ class RolloutDataModule(LightningDataModule):
         keep = set(keep_ids)
         rest = list(dict.fromkeys(e.group_id for e in usable if e.group_id not in keep))
         return keep_ids, rest
-
-
-_SUMMED = ("filter/kept_groups", "filter/filled_groups", "rollout/episodes", "rollout/env_errors", "rollout/env_worker_restarts", "rollout/tokens_per_s", "rollout/env_steps_per_s")
-_PER_TURN = ("rollout/valid_action_ratio", "rollout/response_len_mean", "rollout/truncated_ratio")
-
-
-def rollout_reduce_spec(episodes: list[Episode], metrics: dict[str, float]) -> dict[str, str | float]:
-    """How each rollout metric combines over ranks: counts for means, sums for totals and rates/s."""
-    good = [e for e in episodes if not e.env_error]
-    n_turns = float(sum(e.num_turns for e in good))
-    by_type: dict[str, int] = {}
-    for e in good:
-        by_type[e.task_type] = by_type.get(e.task_type, 0) + 1
-    spec: dict[str, str | float] = {}
-    for key in metrics:
-        if key in _SUMMED:
-            spec[key] = "sum"
-        elif key in ("filter/rounds", "rollout/response_len_max"):
-            spec[key] = "max"
-        elif key in _PER_TURN:
-            spec[key] = n_turns
-        elif key.startswith("rollout/success_rate/"):
-            spec[key] = float(by_type.get(key.rsplit("/", 1)[-1], 0))
-        elif key.startswith("rollout/"):
-            spec[key] = float(len(good))
-    return spec
-

@@ -29,10 +29,12 @@ from arl.datamodules.batches import (
     micro_batches,
     sum_tokens_per_turn,
     turn_values_to_tokens,
+    with_protocol_names,
 )
 from arl.modules.forward import forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
+from arl.utils.metrics import SAME, SUM, Metrics, combine
 from arl.utils.timing import timed
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
@@ -203,12 +205,12 @@ class AgenticRLModule(LightningModule):
         (:meth:`_update`), then the metrics, combined over ranks and logged at the iteration."""
         times: dict[str, float] = {}  # seconds of the timed phases, logged as perf/<name>_s
         with timed(times, "iteration"):
-            metrics: dict[str, float] = dict(batch.metrics)
-            spec: dict[str, Any] = dict(batch.reduce)
+            metrics = Metrics()
+            metrics.update(batch.metrics)
             self.iteration += 1
             n_global = int(self._reduce_sum(torch.tensor(float(batch.num_samples))))
             if n_global == 0:  # no rank has anything
-                self._log_empty_iteration(metrics, spec)
+                self._log_empty_iteration(metrics)
                 return
             data, table = self._batch_to_device(batch)
             n_steps = self.steps_per_epoch(n_global)
@@ -218,31 +220,37 @@ class AgenticRLModule(LightningModule):
                     self._old_log_probs(data, on_policy)
                 self._ref_log_probs(data)
             if data is not None:
-                metrics.update(self._advantages(data, table, spec))
+                metrics.update(self._advantages(data, table))
             with timed(times, "update"):
-                metrics.update(self._update(data, on_policy, spec, n_steps))
+                metrics.update(self._update(data, on_policy, n_steps))
         metrics.update(self._iteration_metrics(batch, times))
-        spec.update({k: "max" for k in metrics if k.startswith("perf/")})
-        spec.update({"actor/skipped_steps": "same", "actor/lr": "same", "train/samples": "sum", "train/turns": "sum",
-                     "train/tokens": "sum"})
-        self._count_update(int(metrics["actor/optimizer_steps"]), metrics, spec,
-                           "every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
-                           "or no response token in any mini-batch")
-        self.last_metrics = self._reduce_metrics(metrics, spec)
+        reason = ("every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
+                  "or no response token in any mini-batch")
+        metrics.update(self._count_update(int(metrics["actor/optimizer_steps"]), reason))
+        self.last_metrics = self._reduce_metrics(metrics)
         if self.last_metrics.get("adv/frac_zero", 0.0) >= 1.0:
             log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
                         "term is zero; only the KL and entropy terms moved the policy", self.iteration)
         self._log_at_iteration(self.last_metrics)
 
-    def _log_empty_iteration(self, metrics: dict[str, float], spec: dict[str, Any]) -> None:
-        """An iteration without a training sample on any rank: count it as skipped (no update) and log."""
+    def _log_empty_iteration(self, metrics: Metrics) -> None:
+        """An iteration without a training sample on any rank (``metrics``: the batch's): count it
+        as skipped (no update) and log."""
         self.skipped_steps += 1
-        metrics["actor/skipped_steps"] = float(self.skipped_steps)
-        spec["actor/skipped_steps"] = "same"
-        self._count_update(0, metrics, spec, "no training sample on any rank: the filter kept no group, or every "
-                           "episode ended with an environment error (filter/kept_groups, rollout/env_errors)")
-        self.last_metrics = self._reduce_metrics(metrics, spec)
+        metrics.same("actor/skipped_steps", self.skipped_steps)
+        reason = ("no training sample on any rank: the filter kept no group, or every episode ended with an "
+                  "environment error (filter/kept_groups, rollout/env_errors)")
+        metrics.update(self._count_update(0, reason))
+        self.last_metrics = self._reduce_metrics(metrics)
         self._log_at_iteration(self.last_metrics)
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """A :class:`RolloutBatch` is handed over as it is (:meth:`_batch_to_device` moves its
+        tensors): Lightning's generic transfer would rebuild its :class:`Metrics` as a plain mapping,
+        without the rules that combine them over ranks. Other batches move as Lightning moves them."""
+        if isinstance(batch, RolloutBatch):
+            return batch
+        return super().transfer_batch_to_device(batch, device, dataloader_idx)
 
     def _batch_to_device(
         self, batch: RolloutBatch
@@ -276,38 +284,40 @@ class AgenticRLModule(LightningModule):
             if data is not None:
                 data["ref_log_probs"] = ref
 
-    def _iteration_metrics(self, batch: RolloutBatch, times: dict[str, float]) -> dict[str, float]:
-        """Timings (``perf/*``, seconds; ``times`` from :meth:`training_step`), learning rate, skipped
-        steps and the batch's size of this rank."""
+    def _iteration_metrics(self, batch: RolloutBatch, times: dict[str, float]) -> Metrics:
+        """Timings (``perf/*``, seconds, the slowest rank's; ``times`` from :meth:`training_step`),
+        learning rate and skipped steps (equal on every rank), and the batch's size of this rank
+        (added up over ranks)."""
         n_samples = batch.num_samples
-        metrics = {
-            "perf/rollout_s": float(batch.seconds),
-            "perf/logprob_s": times["logprob"],
-            "perf/old_logprob_s": times["old_logprob"],
-            "perf/ref_logprob_s": times["logprob"] - times["old_logprob"],
-            "perf/update_s": times["update"],
-            "perf/iteration_s": float(batch.seconds) + times["iteration"],
-            "actor/skipped_steps": float(self.skipped_steps),
-            "actor/lr": float(self.optimizers().param_groups[0]["lr"]),
-            "train/samples": float(n_samples),
-            "train/turns": float(batch.num_turns),
-            # tokens of one forward pass over the batch (prompts and responses; padding excluded)
-            "train/tokens": float(batch.tokens["attention_mask"].sum()) if n_samples else 0.0,
-        }
+        metrics = Metrics()
+        metrics.max("perf/rollout_s", batch.seconds)
+        metrics.max("perf/logprob_s", times["logprob"])
+        metrics.max("perf/old_logprob_s", times["old_logprob"])
+        metrics.max("perf/ref_logprob_s", times["logprob"] - times["old_logprob"])
+        metrics.max("perf/update_s", times["update"])
+        metrics.max("perf/iteration_s", batch.seconds + times["iteration"])
+        metrics.same("actor/skipped_steps", self.skipped_steps)
+        metrics.same("actor/lr", self.optimizers().param_groups[0]["lr"])
+        metrics.sum("train/samples", n_samples)
+        metrics.sum("train/turns", batch.num_turns)
+        # tokens of one forward pass over the batch (prompts and responses; padding excluded)
+        metrics.sum("train/tokens", float(batch.tokens["attention_mask"].sum()) if n_samples else 0.0)
         if torch.cuda.is_available() and self.device.type == "cuda":
-            metrics["perf/peak_memory_gb"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+            metrics.max("perf/peak_memory_gb", torch.cuda.max_memory_allocated(self.device) / 2**30)
         return metrics
 
-    def _count_update(self, steps: int, metrics: dict[str, float], spec: dict[str, Any], reason: str) -> None:
-        """Add this iteration's optimiser steps (the same on every rank) to the run's totals and log
-        them as ``train/optimizer_steps`` and ``train/updates_skipped``; warn when it made none."""
+    def _count_update(self, steps: int, reason: str) -> Metrics:
+        """Add this iteration's optimiser steps (the same on every rank) to the run's totals;
+        returns them as ``train/optimizer_steps`` and ``train/updates_skipped``. Warns with
+        ``reason`` when the iteration made no step."""
         self.optimizer_steps_total += steps
         if steps == 0:
             self.updates_skipped += 1
             log.warning("iteration %d: no update (%s)", self.iteration, reason)
-        metrics["train/optimizer_steps"] = float(self.optimizer_steps_total)
-        metrics["train/updates_skipped"] = float(self.updates_skipped)
-        spec.update({"train/optimizer_steps": "same", "train/updates_skipped": "same"})
+        metrics = Metrics()
+        metrics.same("train/optimizer_steps", self.optimizer_steps_total)
+        metrics.same("train/updates_skipped", self.updates_skipped)
+        return metrics
 
     def _gigpo_step_std(self, step_rewards: torch.Tensor, table: dict[str, torch.Tensor]) -> float:
         """Std over the turns of GiGPO's step part as it enters the advantage (step_weight x A_S):
@@ -320,19 +330,20 @@ class AgenticRLModule(LightningModule):
         )  # fmt: skip
         return float((cfg.step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
 
-    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor], spec: dict[str, Any]) -> dict[str, float]:
+    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor]) -> Metrics:
         """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
-        (``data['advantages']``); metrics."""
+        (``data['advantages']``); metrics, means over this rank's turns (``is/rollout_*``: over
+        its response tokens; ``is/rollout_max_abs_diff`` a max)."""
         mask = data["response_mask"]
         n_turns = int(table["reward"].shape[0])
-        metrics: dict[str, float] = {}
+        metrics = Metrics()
         step_rewards = table["reward"]
         if "ref_log_probs" in data and not self.algo.kl.in_loss:
             # k-estimator per token, summed over each turn's own tokens (both sample modes)
             token_kl = kl.kl_penalty(data["old_log_probs"], data["ref_log_probs"], self.algo.kl.estimator) * mask
             penalty = self.algo.kl.coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
             step_rewards = step_rewards - penalty
-            metrics["actor/kl_reward"] = float(penalty.mean())
+            metrics.mean("actor/kl_reward", float(penalty.mean()), n_turns)
         adv = self.advantage_fn(
             step_rewards=step_rewards,
             episode_ids=table["episode_id"],
@@ -343,24 +354,22 @@ class AgenticRLModule(LightningModule):
             **self.advantage_kwargs,
         )
         data["advantages"] = turn_values_to_tokens(adv, data["turn_row"]) * mask
-        metrics.update(
-            {
-                "adv/mean": float(adv.mean()),
-                "adv/std": float(adv.std()) if adv.numel() > 1 else 0.0,
-                "adv/frac_zero": float((adv.abs() < 1e-8).float().mean()),
-                # how much GiGPO's step part has to compare (logged for every estimator)
-                "adv/shared_anchor_frac": advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]),
-            }
-        )
+        metrics.mean("adv/mean", float(adv.mean()), n_turns)
+        metrics.mean("adv/std", float(adv.std()) if adv.numel() > 1 else 0.0, n_turns)
+        metrics.mean("adv/frac_zero", float((adv.abs() < 1e-8).float().mean()), n_turns)
+        # how much GiGPO's step part has to compare (logged for every estimator)
+        metrics.mean("adv/shared_anchor_frac",
+                     advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]), n_turns)
         if self.algo.advantage.name == "gigpo":
-            metrics["adv/step_std"] = self._gigpo_step_std(step_rewards, table)
+            metrics.mean("adv/step_std", self._gigpo_step_std(step_rewards, table), n_turns)
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
-            metrics.update({f"is/rollout_{k}": float(v) for k, v in gap.items()})
-        n_tokens = float(mask.sum())
-        spec.update({k: (n_tokens if k.startswith("is/rollout_") else float(n_turns)) for k in metrics})
-        if "is/rollout_max_abs_diff" in spec:
-            spec["is/rollout_max_abs_diff"] = "max"
+            n_tokens = float(mask.sum())
+            for k, v in gap.items():
+                if k == "max_abs_diff":
+                    metrics.max(f"is/rollout_{k}", float(v))
+                else:
+                    metrics.mean(f"is/rollout_{k}", float(v), n_tokens)
         return metrics
 
     def steps_per_epoch(self, n_samples: int) -> int:
@@ -370,10 +379,10 @@ class AgenticRLModule(LightningModule):
             return max(1, -(-int(n_samples) // self.mini_batch_size))
         return max(1, min(self.mini_batches, int(n_samples))) if self._world_size() == 1 else self.mini_batches
 
-    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, spec: dict[str, Any] | None = None,
-                n_steps: int | None = None) -> dict[str, float]:
+    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, n_steps: int | None = None) -> Metrics:
         """``ppo_epochs`` passes of ``n_steps`` optimiser steps (:meth:`steps_per_epoch`); returns
-        averaged metrics (and ``actor/optimizer_steps``, the steps applied).
+        the metrics averaged over the steps, this rank's shares of the global values (the
+        gradient norm global), and ``actor/optimizer_steps``, the steps applied.
 
         The rows are shuffled and split into ``n_steps`` mini-batches of (nearly) equal size.
         Every rank splits its own rows into the same number of mini-batches, and runs the same
@@ -406,12 +415,11 @@ class AgenticRLModule(LightningModule):
                 mb_metrics["grad_norm"] = grad_norm
                 for k, v in mb_metrics.items():
                     sums[k] += v
-        out = {(k if k.startswith("is/") else f"actor/{k}"): v / max(steps, 1) for k, v in sums.items()}
-        if spec is not None:  # shares of the global value add up over ranks; the norm is global
-            spec.update({k: ("same" if k == "actor/grad_norm" else "sum") for k in out})
-        out["actor/optimizer_steps"] = float(steps)
-        if spec is not None:
-            spec["actor/optimizer_steps"] = "same"
+        out = Metrics()
+        for k, v in sums.items():  # shares of the global value add up over ranks; the norm is global
+            name = k if k.startswith("is/") else f"actor/{k}"
+            out.add(name, v / max(steps, 1), SAME if name == "actor/grad_norm" else SUM)
+        out.same("actor/optimizer_steps", steps)
         return out
 
     def _global_normalisers(
@@ -501,37 +509,12 @@ class AgenticRLModule(LightningModule):
         share = float(micro["response_mask"].sum() / global_tokens.clamp_min(1))
         return loss, {k: float(v) * (1.0 if k in _ADDITIVE_METRICS else share) for k, v in m.items()}
 
-    def _reduce_metrics(self, metrics: dict[str, float], spec: dict[str, Any]) -> dict[str, float]:
-        """Combine every rank's metrics into global values (identity on one process).
-
-        ``spec[key]``: ``"sum"`` (shares and totals), ``"max"``, ``"same"`` (equal on all ranks),
-        a number (weight of a weighted mean: episodes, turns, tokens); other keys: plain mean.
-        A key missing on some rank combines over the ranks that have it.
-        """
+    def _reduce_metrics(self, metrics: Metrics) -> dict[str, float]:
+        """Every rank's metrics combined into global values by their rules
+        (:func:`arl.utils.metrics.combine`); on one process the values as they are."""
         if self._world_size() <= 1:
-            return metrics
-        gathered = dist_utils.all_gather_object((metrics, spec))
-        keys: list[str] = []
-        for m, _ in gathered:
-            keys.extend(k for k in m if k not in keys)
-        out: dict[str, float] = {}
-        for key in keys:
-            entries = [(float(m[key]), s.get(key)) for m, s in gathered if key in m]
-            rule = entries[0][1]
-            values = [v for v, _ in entries]
-            if rule == "sum":
-                out[key] = sum(values)
-            elif rule == "max":
-                out[key] = max(values)
-            elif rule == "same":
-                out[key] = values[0]
-            elif isinstance(rule, (int, float)) and not isinstance(rule, bool):
-                weights = [float(w) if isinstance(w, (int, float)) else 0.0 for _, w in entries]
-                total = sum(weights)
-                out[key] = sum(v * w for v, w in zip(values, weights)) / total if total > 0 else sum(values) / len(values)
-            else:
-                out[key] = sum(values) / len(values)
-        return out
+            return dict(metrics)
+        return combine(dist_utils.all_gather_object(metrics))
 
     def _log_at_iteration(self, metrics: dict[str, float]) -> None:
         """Send metrics to the loggers with the RL iteration as the x-axis.
@@ -577,9 +560,8 @@ class AgenticRLModule(LightningModule):
         self.last_val = {k: float(v) for k, v in values.items()}
         self.last_val.update(success_by_type(dist_utils.all_gather_object(self.val_by_type)))
         self.last_val_iteration = self.iteration
-        protocol = self.val_protocol  # the same values under a name that says how they were sampled
-        named = {f"{protocol}/{k[4:]}": v for k, v in self.last_val.items()} if protocol else {}
-        self._log_at_iteration({**self.last_val, **named})
+        # the same values again under a name that says how they were sampled
+        self._log_at_iteration(with_protocol_names(self.last_val, self.val_protocol))
         for m in (self.val_success, self.val_return, self.val_valid):
             m.reset()
 

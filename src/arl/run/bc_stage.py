@@ -16,7 +16,6 @@ from typing import Any
 
 from hydra.utils import instantiate
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig
 
 from arl.agent.loop import AgentLoop
 from arl.callbacks import EngineStart, IterationLog
@@ -24,13 +23,13 @@ from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.run.builders import build_trainer, sampling_params
-from arl.utils.config import container
+from arl.run.settings import run_settings
 from arl.utils.fsdp import full_state_dict, is_sharded
 from arl.utils.logging import console, results_table
 
 
 def _fit_bc_round(
-    cfg: DictConfig, model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None
+    c: dict[str, Any], model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None
 ) -> tuple[dict | None, int, dict[str, float]]:
     """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
 
@@ -42,21 +41,19 @@ def _fit_bc_round(
     object is not usable outside its strategy any more), the number of training samples and the
     last held-out metrics (``bc/val_*``; empty without held-out episodes).
     """
-    c = container(cfg)
-    bc = c["bc"]
+    bc = run_settings(c).bc
     dm = SFTDataModule(
-        episodes, pad_id, int(bc["batch_size"]),
-        float(bc["val_fraction"]), int(c["seed"]), keep_failed=True, sample_mode=sample_mode,
+        episodes, pad_id, bc.batch_size, bc.val_fraction, c["seed"], keep_failed=True, sample_mode=sample_mode,
     )
     module = BehaviourCloningModule(
-        model, instantiate(cfg.bc.optimizer), warmup_steps=int(bc["warmup_steps"]), total_steps=dm.steps_per_epoch * epochs,
+        model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
         sharding=c["trainer"].get("sharding"),
     )
     # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
-    every = min(int(bc["val_every"]), dm.steps_per_epoch) if bc.get("val_every") else None
+    every = min(bc.val_every, dm.steps_per_epoch) if bc.val_every else None
     trainer = build_trainer(
-        cfg, "bc", [IterationLog(), EngineStart(engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
+        c, "bc", [IterationLog(), EngineStart(engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
         use_distributed_sampler=False,  # the DataModule splits every global batch across ranks itself
     )
@@ -68,7 +65,7 @@ def _fit_bc_round(
     return gathered, len(dm.train_samples), held_out
 
 
-def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
+def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
     """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping and DAgger.
 
     The data are expert episodes (or ``bc.dataset_path``); ``bc.epochs`` SFT epochs train on them
@@ -81,11 +78,11 @@ def run_bc(cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out
     ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
     the trainer sharded the old one).
     """
-    stage = _BCStage(cfg, model, engine_model, tokenizer, loop, out_dir)
+    stage = _BCStage(c, model, engine_model, tokenizer, loop, out_dir)
     stage.validate_untrained()
     items = stage.initial_data()
-    if int(stage.bc["epochs"]) > 0:
-        stage.results["bc/samples"] = float(stage.fit(items, int(stage.bc["epochs"])))
+    if stage.bc.epochs > 0:
+        stage.results["bc/samples"] = float(stage.fit(items, stage.bc.epochs))
     items = stage.bootstrap(items)
     items = stage.dagger(items)
     stage.finish(items)
@@ -96,9 +93,9 @@ class _BCStage:
     """The state one :func:`run_bc` carries through its rounds: the model being trained (a fresh
     copy after a sharded round), the data last written, the results so far."""
 
-    def __init__(self, cfg: DictConfig, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
-        self.cfg, self.c = cfg, container(cfg)
-        self.bc, self.seed = self.c["bc"], int(self.c["seed"])
+    def __init__(self, c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
+        run = run_settings(c)
+        self.c, self.bc, self.rollout, self.seed = c, run.bc, run.rollout, c["seed"]
         self.model, self.engine_model, self.tokenizer = model, engine_model, tokenizer
         self.loop, self.engine, self.out_dir = loop, loop.engine, out_dir
         self.results: dict[str, Any] = {}
@@ -107,8 +104,8 @@ class _BCStage:
     def validate_untrained(self) -> None:
         from arl.run.evaluation import run_validation
 
-        if self.bc.get("val_untrained"):
-            success = run_validation(self.loop, self.c["rollout"], seed=self.seed)["val/success_rate"]
+        if self.bc.val_untrained:
+            success = run_validation(self.loop, self.rollout, seed=self.seed)["val/success_rate"]
             self.results["bc/val_success_untrained"] = success
             console.print(f"behaviour cloning: the untrained policy succeeds on {success:.3f} of validation")
 
@@ -132,7 +129,7 @@ class _BCStage:
 
         t0 = time.perf_counter()
         gathered, n_samples, held_out = _fit_bc_round(
-            self.cfg, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs, self.engine
+            self.c, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs, self.engine
         )
         self.results.update(held_out)  # the last round's held-out loss and greedy agreement
         if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
@@ -148,12 +145,12 @@ class _BCStage:
         from arl.bc import bc_seeds, collect_expert, load_episodes
 
         t0 = time.perf_counter()
-        if self.bc.get("dataset_path"):
-            items = load_episodes(self.bc["dataset_path"], self.tokenizer, self.loop.sample_mode, self.loop.env_name)
+        if self.bc.dataset_path:
+            items = load_episodes(self.bc.dataset_path, self.tokenizer, self.loop.sample_mode, self.loop.env_name)
             self.results["bc/dataset_episodes"] = float(len(items))
-            console.print(f"behaviour cloning: {len(items)} episodes from {self.bc['dataset_path']}")
+            console.print(f"behaviour cloning: {len(items)} episodes from {self.bc.dataset_path}")
         else:
-            items, stats = collect_expert(self.loop, bc_seeds(self.seed, int(self.bc["episodes"])))
+            items, stats = collect_expert(self.loop, bc_seeds(self.seed, self.bc.episodes))
             self.results.update(stats)
             console.print(
                 f"behaviour cloning: {int(stats['bc/expert_episodes'])} expert episodes "
@@ -169,46 +166,44 @@ class _BCStage:
         """``bc.bootstrap``: the cloned policy's passing episodes join the data, another SFT round."""
         from arl.bc import bc_seeds, bootstrap
 
-        boot = self.bc.get("bootstrap") or {}
-        if not boot.get("enabled") or self.bc.get("dataset_path"):
+        boot = self.bc.bootstrap
+        if not boot.enabled or self.bc.dataset_path:
             return items
         t0 = time.perf_counter()
-        rollout = self.c["rollout"]
-        params = dataclasses.replace(sampling_params(rollout), temperature=float(boot["temperature"]))
-        res = bootstrap(self.loop, bc_seeds(self.seed, int(boot["episodes"]), stream=1), params, float(boot["min_return"]),
-                        int(rollout["val_batch_size"]))
+        params = dataclasses.replace(sampling_params(self.rollout), temperature=boot.temperature)
+        res = bootstrap(self.loop, bc_seeds(self.seed, boot.episodes, stream=1), params, boot.min_return,
+                        self.rollout.val_batch_size)
         self.results.update({"bc/bootstrap_sampled": float(res.sampled), "bc/bootstrap_success": res.success,
                              "bc/bootstrap_kept": float(len(res.kept))})
         console.print(
             f"self-bootstrapping: {res.sampled} sampled episodes, {res.success:.3f} won, {len(res.kept)} kept "
-            f"(return >= {boot['min_return']}, every turn valid) in {time.perf_counter() - t0:.1f}s"
+            f"(return >= {boot.min_return}, every turn valid) in {time.perf_counter() - t0:.1f}s"
         )
         if res.kept:
             items = items + res.kept
             self.keep(items, "expert and self-bootstrapped")
-            self.results["bc/samples"] = float(self.fit(items, int(boot["epochs"])))
+            self.results["bc/samples"] = float(self.fit(items, boot.epochs))
         return items
 
     def dagger(self, items: list) -> list:
         """``bc.dagger``: each round the expert labels the states the policy reached, another SFT round."""
         from arl.bc import bc_seeds, dagger
 
-        dag = self.bc.get("dagger") or {}
-        rollout = self.c["rollout"]
-        for k in range(int(dag["rounds"]) if dag.get("enabled") else 0):
+        dag = self.bc.dagger
+        for k in range(dag.rounds if dag.enabled else 0):
             t0 = time.perf_counter()
-            params = dataclasses.replace(sampling_params(rollout), temperature=float(dag["temperature"]))
-            res = dagger(self.loop, bc_seeds(self.seed, int(dag["episodes"]), stream=2 + k), params, int(rollout["val_batch_size"]))
+            params = dataclasses.replace(sampling_params(self.rollout), temperature=dag.temperature)
+            res = dagger(self.loop, bc_seeds(self.seed, dag.episodes, stream=2 + k), params, self.rollout.val_batch_size)
             self.results.update({"bc/dagger_success": res.success, "bc/dagger_turns": float(res.turns),
                                  "bc/dagger_agreement": res.agreement})
             console.print(
-                f"DAgger round {k + 1}/{dag['rounds']}: the policy won {res.success:.3f} of {res.sampled} episodes, "
+                f"DAgger round {k + 1}/{dag.rounds}: the policy won {res.success:.3f} of {res.sampled} episodes, "
                 f"chose the expert's action on {res.agreement:.3f} of {res.turns} labelled turns "
                 f"in {time.perf_counter() - t0:.1f}s"
             )
             items = items + res.labelled
             self.keep(items, f"with DAgger round {k + 1}")
-            self.results["bc/samples"] = float(self.fit(items, int(dag["epochs"])))
+            self.results["bc/samples"] = float(self.fit(items, dag.epochs))
         return items
 
     def finish(self, items: list) -> None:
@@ -231,7 +226,7 @@ def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, 
 
     from arl.run.evaluation import run_validation
 
-    val = run_validation(loop, c["rollout"], seed=int(c["seed"]))
+    val = run_validation(loop, c["rollout"], seed=c["seed"])
     results["val_after_bc"] = val
     loop.close()
     if callable(getattr(engine, "close", None)):

@@ -8,12 +8,13 @@ rollout DataModule. Training (:mod:`arl.run.pipeline`, :mod:`arl.run.bc_stage`) 
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig
 
 from arl.agent.loop import AgentLoop
 from arl.algos import filters, schema
@@ -22,7 +23,8 @@ from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
-from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HFEngine
+from arl.rollout.hf_engine import HFEngine
+from arl.run.settings import RolloutSettings, env_settings, rollout_settings, run_settings
 from arl.utils.config import container
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 from arl.utils.placement import trainer_processes
@@ -55,69 +57,70 @@ def tiny_model(cfg=None, cache_dir=None) -> Path:
     return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))
 
 
-def sampling_params(rollout: dict[str, Any], validation: bool = False) -> SamplingParams:
-    """Sampling parameters of the ``rollout`` config (greedy when the temperature is 0); with
+def sampling_params(rollout: Mapping[str, Any] | RolloutSettings, validation: bool = False) -> SamplingParams:
+    """Sampling parameters of the ``rollout`` group (greedy when the temperature is 0); with
     ``validation`` the ``val_*`` keys (the paper's T 0.6, top-p 0.95, top-k 20 by default)."""
-    prefix = "val_" if validation else ""
+    r = rollout_settings(rollout)
     return SamplingParams(
-        temperature=float(rollout[f"{prefix}temperature"]),
-        top_p=float(rollout.get(f"{prefix}top_p", rollout["top_p"])),
-        top_k=int(rollout.get(f"{prefix}top_k", rollout["top_k"])),
-        max_new_tokens=int(rollout["max_new_tokens"]),
-        stop=tuple(rollout.get("stop", ["</action>"])),
+        temperature=r.val_temperature if validation else r.temperature,
+        top_p=r.val_top_p if validation else r.top_p,
+        top_k=r.val_top_k if validation else r.top_k,
+        max_new_tokens=r.max_new_tokens,
+        stop=r.stop,
     )
 
 
-def build_engine(rollout: dict[str, Any], model, tokenizer):
+def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer):
     """The rollout engine of ``rollout.engine``.
 
     vLLM's comes as a :class:`~arl.rollout.engine.LazyEngine`: it is built when the first trainer
     sets up (the weight-sync callback starts it), after the process group exists, so that under
     DDP/FSDP each rank builds its own engine inside it (or at its first use, outside a trainer).
     """
-    if rollout["engine"] == "hf":
-        return HFEngine(model, tokenizer, max_batch_size=int(rollout["max_batch_size"]), device=rollout.get("device"),
-                        cache=str(rollout.get("hf_cache", DEFAULT_HF_CACHE)))
+    r = rollout_settings(rollout)
+    if r.engine == "hf":
+        return HFEngine(model, tokenizer, max_batch_size=r.max_batch_size, device=r.device, cache=r.hf_cache)
 
     def build():
         from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
 
-        return VLLMEngine.from_config(rollout, model, tokenizer)
+        return VLLMEngine.from_config(dataclasses.asdict(r), model, tokenizer)
 
     return LazyEngine(build)
 
 
-def build_agent_loop(cfg: dict[str, Any], engine, tokenizer) -> AgentLoop:
-    env = cfg["env"]
+def build_agent_loop(c: Mapping[str, Any], engine, tokenizer) -> AgentLoop:
+    """The agent loop of the ``env`` and ``rollout`` groups of ``c`` around ``engine``."""
+    env, r = env_settings(c["env"]), rollout_settings(c["rollout"])
     return AgentLoop(
         engine,
         tokenizer,
-        env["name"],
-        dict(env.get("kwargs") or {}),
-        history_window=int(env.get("history_window", 0)),
-        show_observations=bool(env.get("show_observations", False)),
-        max_turns=env.get("max_turns"),
-        max_prompt_tokens=int(cfg["rollout"]["max_prompt_tokens"]),
-        sample_mode=str(cfg["rollout"].get("sample_mode", "turn")),
-        n_workers=int(cfg["rollout"].get("n_workers", 0)),
-        step_timeout=float(cfg["rollout"].get("step_timeout", 60.0)),
+        env.name,
+        env.kwargs,
+        history_window=env.history_window,
+        show_observations=env.show_observations,
+        max_turns=env.max_turns,
+        max_prompt_tokens=r.max_prompt_tokens,
+        sample_mode=r.sample_mode,
+        n_workers=r.n_workers,
+        step_timeout=r.step_timeout,
     )
 
 
-def build_loggers(cfg: DictConfig, stage: str, purge_step: int | None = None) -> list:
+def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = None) -> list:
     """Instantiate the ``logger`` group with the stage as TensorBoard version (``bc``, ``rl``).
 
     ``purge_step`` (resumed runs): TensorBoard drops the steps >= it that an earlier event file
     of the same version holds, so a curve has no duplicated iteration after a resume.
     """
     loggers = []
-    for _, lg_cfg in (cfg.get("logger") or {}).items():
+    for _, lg_cfg in (c.get("logger") or {}).items():
         if lg_cfg is not None and "_target_" in lg_cfg:
             kwargs: dict[str, Any] = {}
             if "TensorBoardLogger" in lg_cfg["_target_"]:
                 kwargs["version"] = stage
                 if purge_step is not None:
-                    kwargs["purge_step"] = int(purge_step)
+                    kwargs["purge_step"] = purge_step
             loggers.append(instantiate(lg_cfg, **kwargs))
     return loggers
 
@@ -148,7 +151,7 @@ def build_strategy(trainer_cfg: dict[str, Any], model=None):
     return instantiate(strategy)
 
 
-def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purge_step: int | None = None,
+def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None, purge_step: int | None = None,
                   extra_callbacks: list | None = None, **overrides) -> L.Trainer:
     """A Trainer of ``cfg.trainer`` for ``stage``.
 
@@ -159,10 +162,12 @@ def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purg
     it loads whatever the others left, e.g. after a rollback); Lightning moves checkpoint callbacks
     to the end.
     """
-    extra = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None and "_target_" in c and stage == "rl"]
+    configured = (c.get("callbacks") or {}).values() if stage == "rl" else ()
+    extra = [instantiate(cb) for cb in configured if cb is not None and "_target_" in cb]
     head = ([] if stage == "rl" else [ThreadRebalance()]) + [c for c in callbacks if not isinstance(c, WeightSync)]
     tail = [c for c in callbacks if isinstance(c, WeightSync)]
-    tcfg = container(cfg.trainer)
+    c = container(c)
+    tcfg = copy.deepcopy(c["trainer"])
     strategy = build_strategy(tcfg, model)
     tcfg.pop("sharding", None)
     tcfg.pop("strategy", None)
@@ -170,22 +175,22 @@ def build_trainer(cfg: DictConfig, stage: str, callbacks: list, model=None, purg
     if strategy is not None:
         kwargs["strategy"] = strategy
     return instantiate(
-        tcfg, logger=build_loggers(cfg, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail, **kwargs
+        tcfg, logger=build_loggers(c, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail, **kwargs
     )
 
 
-def loss_horizon(c: dict[str, Any]) -> int:
+def loss_horizon(c: Mapping[str, Any]) -> int:
     """H of ``seq-mean-token-sum-norm``: ``algo.loss.horizon``, else the generation budget of one
     sample (``rollout.max_new_tokens``; times ``env.max_turns`` for a whole-episode sample)."""
-    if c["algo"]["loss"].get("horizon") is not None:
-        return int(c["algo"]["loss"]["horizon"])
-    budget = int(c["rollout"]["max_new_tokens"])
-    if c["rollout"].get("sample_mode", "turn") == "trajectory":
-        budget *= int(c["env"].get("max_turns") or 1)
-    return budget
+    algo, r = algo_config(c["algo"]), rollout_settings(c["rollout"])
+    if algo.loss.horizon is not None:
+        return algo.loss.horizon
+    if r.sample_mode == "trajectory":
+        return r.max_new_tokens * (env_settings(c["env"]).max_turns or 1)
+    return r.max_new_tokens
 
 
-def reuse_rollout_log_probs(c: dict[str, Any]) -> bool:
+def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
     """Whether ``old_log_probs`` may be the rollout's own (``rl.old_log_probs``).
 
     ``auto`` reuses them where they are what a trainer pass would compute: the transformers
@@ -194,62 +199,64 @@ def reuse_rollout_log_probs(c: dict[str, Any]) -> bool:
     ``trainer.sharding.mixed_precision`` computing in half precision), and no rollout
     correction (which measures exactly that gap).
     """
-    mode = str(c["rl"].get("old_log_probs", "auto"))
-    if mode != "auto":
-        return mode == "rollout"
+    run = run_settings(c)
+    if run.rl.old_log_probs != "auto":
+        return run.rl.old_log_probs == "rollout"
     precision = str(c["trainer"].get("precision", "32-true"))
     sharded_half = is_sharded(c["trainer"]) and bool((c["trainer"].get("sharding") or {}).get("mixed_precision"))
     return (
-        c["rollout"]["engine"] == "hf"
+        run.rollout.engine == "hf"
         and str(c["model"].get("dtype", "float32")) in ("float32", "fp32")
         and precision in ("32", "32-true")
         and not sharded_half
-        and not c["algo"]["rollout_correction"]["enabled"]
+        and not algo_config(c["algo"]).rollout_correction.enabled
     )
 
 
-def build_rl_module(cfg: DictConfig, model, tokenizer) -> AgenticRLModule:
-    """The RL LightningModule; the frozen reference exists only when ``algo.kl.coef > 0``."""
-    c = container(cfg)
-    rl = c["rl"]
+def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
+    """The RL LightningModule of the plain config ``c``; the frozen reference exists only when
+    ``algo.kl.coef > 0``."""
+    c = container(c)
+    run = run_settings(c)
     algo = schema.replace(algo_config(c["algo"]), **{"loss.horizon": loss_horizon(c)})
     reference = copy.deepcopy(model) if algo.kl.coef > 0 else None
+    rl = run.rl
     return AgenticRLModule(
         model,
         reference,
         tokenizer,
         algo,
-        instantiate(cfg.rl.optimizer),
-        ppo_epochs=int(rl["ppo_epochs"]),
-        mini_batches=int(rl["mini_batches"]),
-        mini_batch_size=rl.get("mini_batch_size"),
-        micro_token_budget=int(rl["micro_token_budget"]),
-        grad_clip=float(rl["grad_clip"]),
-        warmup_steps=int(rl["warmup_steps"]),
-        temperature=float(c["rollout"]["temperature"]) or 1.0,
+        instantiate(rl.optimizer),
+        ppo_epochs=rl.ppo_epochs,
+        mini_batches=rl.mini_batches,
+        mini_batch_size=rl.mini_batch_size,
+        micro_token_budget=rl.micro_token_budget,
+        grad_clip=rl.grad_clip,
+        warmup_steps=rl.warmup_steps,
+        temperature=run.rollout.temperature or 1.0,
         reuse_rollout_log_probs=reuse_rollout_log_probs(c),
         sharding=c["trainer"].get("sharding"),
     )
 
 
-def build_rollout_datamodule(c: dict[str, Any], loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
+def build_rollout_datamodule(c: Mapping[str, Any], loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
     """The online DataModule of the RL stage: rollout budgets, the filter (its settings bound) and
     its re-rollout schedule, validation."""
-    rl, r = c["rl"], c["rollout"]
-    dynamic = module.algo.filter
+    run = run_settings(c)
+    r, dynamic = run.rollout, module.algo.filter
     return RolloutDataModule(
         loop,
-        iterations=int(rl["iterations"]),
-        groups_per_step=int(r["groups_per_step"]),
-        group_size=int(r["group_size"]),
+        iterations=run.rl.iterations,
+        groups_per_step=r.groups_per_step,
+        group_size=r.group_size,
         sampling=sampling_params(r),
         val_sampling=sampling_params(r, validation=True),
-        val_episodes=int(r["val_episodes"]),
-        val_batch_size=int(r["val_batch_size"]),
-        seed=int(c["seed"]),
+        val_episodes=r.val_episodes,
+        val_batch_size=r.val_batch_size,
+        seed=c["seed"],
         group_filter=filters.group_filter(dynamic),
         max_rollout_rounds=dynamic.max_rollout_rounds,
         filter_cold_start=dynamic.cold_start,
         fill_last_round=dynamic.fill_last_round,
-        pad_id=int(module.pad_id or 0),
+        pad_id=module.pad_id or 0,
     )

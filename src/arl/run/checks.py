@@ -13,36 +13,15 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
-from arl.agent.samples import SAMPLE_MODES
+from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
-ENGINES = ("hf", "vllm")
-OLD_LOG_PROBS = ("auto", "rollout", "recompute")
 
 
 def _choice(key: str, value: Any, valid) -> None:
     if value not in valid:
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, sorted(valid)))}")
-
-
-def _positive(key: str, value: Any, minimum: float = 1, integer: bool = True) -> None:
-    if integer and (not isinstance(value, int) or isinstance(value, bool)):
-        raise ConfigError(f"{key}={value!r} must be an integer >= {minimum}")
-    if value < minimum:
-        raise ConfigError(f"{key}={value!r} must be >= {minimum}")
-
-
-def _validate_device(device: Any) -> None:
-    """``rollout.device``: None, auto, cpu, cuda or cuda:N, and a GPU only where one exists."""
-    if device is None or device in ("auto", "cpu"):
-        return
-    if not isinstance(device, str) or not re.fullmatch(r"cuda(:\d+)?", device):
-        raise ConfigError(f"rollout.device={device!r} is not valid; valid choices: auto, cpu, cuda, cuda:N")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise ConfigError(f"rollout.device={device!r} but this machine has no GPU (rollout.device=auto uses one when there is)")
 
 
 def _validate_precision(c: dict[str, Any]) -> None:
@@ -60,26 +39,30 @@ def _validate_precision(c: dict[str, Any]) -> None:
         )
 
 
-
-def validate_config(cfg: DictConfig | Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` for the first invalid value of a training config (checked group by
-    group: threads and algo, env and model, rollout, rl, bc)."""
+def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
+    """Raise :class:`ConfigError` for an invalid training config: the typed groups (every bad key of
+    ``env``, ``rollout``, ``rl`` and ``bc`` at once, :func:`arl.run.settings.run_settings`), threads,
+    algo and model, then the rules between keys. Returns the typed groups."""
     c = container(cfg)
     _validate_threads_and_algo(c)
+    run = run_settings(c)
     _validate_env_and_model(c)
-    _validate_rollout(c["rollout"])
-    _validate_rl(c)
-    if not c["bc"]["enabled"] and not c["rl"].get("enabled", True):
+    _validate_rollout(run.rollout)
+    _validate_rl(c, run)
+    if not run.bc.enabled and not run.rl.enabled:
         raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
     _validate_precision(c)
-    if c["bc"]["enabled"]:
-        _validate_bc(c)
+    if run.bc.enabled and run.bc.dagger.enabled:
+        _validate_dagger(c, run)
+    return run
 
 
 def _validate_threads_and_algo(c: dict[str, Any]) -> None:
     from arl.algos import validate_algo_config
     from arl.utils.threads import parse_setting
 
+    if not isinstance(c.get("seed"), int) or isinstance(c.get("seed"), bool):
+        raise ConfigError(f"seed={c.get('seed')!r} must be an integer")
     try:
         parse_setting(c.get("threads", "auto"))
     except ValueError as err:
@@ -94,9 +77,8 @@ def _validate_env_and_model(c: dict[str, Any]) -> None:
     from arl.envs.registry import env_names
     from arl.models.config import validate_model_config
 
-    if ":" not in str(c["env"]["name"]):  # "package.module:Class" plugs in a user env
+    if ":" not in c["env"]["name"]:  # "package.module:Class" plugs in a user env
         _choice("env.name", c["env"]["name"], env_names())
-    _positive("env.history_window", c["env"].get("history_window", 0), 0)
     _choice("model.name", c["model"]["name"], MODEL_NAMES)
     try:
         validate_model_config(c["model"])
@@ -104,78 +86,36 @@ def _validate_env_and_model(c: dict[str, Any]) -> None:
         raise ConfigError(str(err)) from None
 
 
-def _validate_rollout(r: dict[str, Any]) -> None:
-    _choice("rollout.engine", r["engine"], ENGINES)
-    if r["engine"] == "hf":
-        from arl.rollout.hf_engine import DEFAULT_HF_CACHE, HF_CACHES
+def _validate_rollout(r: RolloutSettings) -> None:
+    """What the rollout's typed section cannot say alone: the engine's own keys, a GPU that exists."""
+    if r.engine == "hf" and r.hf_cache is None:
+        raise ConfigError("rollout.hf_cache is missing: the transformers engine needs it (rollout/hf.yaml sets it)")
+    if r.engine == "vllm" and r.vllm is None:
+        raise ConfigError("rollout.vllm is missing: the vLLM engine needs its block (rollout/vllm.yaml sets it)")
+    if r.device is not None and r.device.startswith("cuda"):
+        import torch
 
-        _choice("rollout.hf_cache", r.get("hf_cache", DEFAULT_HF_CACHE), HF_CACHES)
-    for key in ("groups_per_step", "group_size", "max_new_tokens", "val_episodes", "val_batch_size"):
-        _positive(f"rollout.{key}", r[key])
-    if r["temperature"] < 0 or r["val_temperature"] < 0:
-        raise ConfigError("rollout.temperature and rollout.val_temperature must be >= 0")
-    _choice("rollout.sample_mode", r.get("sample_mode", "turn"), SAMPLE_MODES)
-    _positive("rollout.n_workers", r.get("n_workers", 0), 0)
-    _validate_device(r.get("device"))
-    if r.get("step_timeout", 1) is not None and float(r.get("step_timeout", 1)) <= 0:
-        raise ConfigError(f"rollout.step_timeout={r['step_timeout']!r} must be > 0 (seconds)")
-    for key in ("top_p", "val_top_p"):
-        if key in r and not 0 < r[key] <= 1:
-            raise ConfigError(f"rollout.{key}={r[key]!r} must be in (0, 1]")
-    for key in ("top_k", "val_top_k"):
-        if key in r:
-            _positive(f"rollout.{key}", r[key], 0)
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"rollout.device={r.device!r} but this machine has no GPU (rollout.device=auto uses one when there is)"
+            )
 
 
-def _validate_rl(c: dict[str, Any]) -> None:
-    """``rl.*``, the trainer's scale and the memory plan's settings, and what the filter needs."""
-    rl = c["rl"]
-    for key in ("iterations", "ppo_epochs", "mini_batches", "val_every", "micro_token_budget"):
-        _positive(f"rl.{key}", rl[key])
-    _positive("rl.ckpt_every", rl.get("ckpt_every", 1), 0)
-    if rl.get("mini_batch_size") is not None:
-        _positive("rl.mini_batch_size", rl["mini_batch_size"])
-    _choice("rl.old_log_probs", rl.get("old_log_probs", "auto"), OLD_LOG_PROBS)
-    if rl.get("old_log_probs") == "rollout" and c["algo"]["rollout_correction"]["enabled"]:
+def _validate_rl(c: dict[str, Any], run: RunSettings) -> None:
+    """The rules between ``rl`` and other groups, the trainer's scale and the memory plan's settings."""
+    if run.rl.old_log_probs == "rollout" and c["algo"]["rollout_correction"]["enabled"]:
         raise ConfigError(
             "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "
             "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
         )
     _validate_scale(c)
     _validate_plan(c)
-    if rl["grad_clip"] <= 0:
-        raise ConfigError(f"rl.grad_clip={rl['grad_clip']!r} must be > 0")
-    if c["algo"]["filter"]["name"] != "none" and c["rollout"]["group_size"] < 2:
+    if c["algo"]["filter"]["name"] != "none" and run.rollout.group_size < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
 
 
-def _validate_bc(c: dict[str, Any]) -> None:
-    """``bc.*`` of an enabled BC stage: its sizes, self-bootstrapping and DAgger."""
-    bc = c["bc"]
-    for key in ("episodes", "batch_size"):
-        _positive(f"bc.{key}", bc[key])
-    _positive("bc.epochs", bc["epochs"], 0)
-    if bc.get("val_every") is not None:
-        _positive("bc.val_every", bc["val_every"])
-    boot = bc.get("bootstrap") or {}
-    if boot.get("enabled"):
-        _positive("bc.bootstrap.episodes", boot["episodes"])
-        _positive("bc.bootstrap.epochs", boot["epochs"])
-        if isinstance(boot["temperature"], bool) or not isinstance(boot["temperature"], (int, float)) or boot["temperature"] <= 0:
-            raise ConfigError(f"bc.bootstrap.temperature={boot['temperature']!r} must be > 0 (self-bootstrapping samples)")
-        if isinstance(boot["min_return"], bool) or not isinstance(boot["min_return"], (int, float)):
-            raise ConfigError(f"bc.bootstrap.min_return={boot['min_return']!r} must be a number (the return an episode must reach)")
-    dag = bc.get("dagger") or {}
-    if dag.get("enabled"):
-        _validate_dagger(dag, c)
-
-
-def _validate_dagger(dag: dict[str, Any], c: dict[str, Any]) -> None:
-    for key in ("rounds", "episodes", "epochs"):
-        _positive(f"bc.dagger.{key}", dag[key])
-    if isinstance(dag["temperature"], bool) or not isinstance(dag["temperature"], (int, float)) or dag["temperature"] < 0:
-        raise ConfigError(f"bc.dagger.temperature={dag['temperature']!r} must be >= 0 (0: the policy plays greedily)")
-    if c["rollout"].get("sample_mode", "turn") != "turn":
+def _validate_dagger(c: dict[str, Any], run: RunSettings) -> None:
+    if run.rollout.sample_mode != "turn":
         raise ConfigError(
             "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
             "answer, which breaks the single token stream of trajectory mode"
@@ -183,7 +123,7 @@ def _validate_dagger(dag: dict[str, Any], c: dict[str, Any]) -> None:
     from arl.agent.experts import expert_path
 
     try:
-        expert_path(c["env"]["name"])
+        expert_path(run.env.name)
     except KeyError as err:
         raise ConfigError(f"bc.dagger: {err.args[0]}") from None
 
@@ -277,9 +217,8 @@ def _check_launch(c: dict[str, Any]) -> None:
         placement = resolve_placement()
     except PlacementError as err:
         raise ConfigError(f"placement: {err}") from None
-    bc = c.get("bc") or {}
     processes = trainer_processes(c.get("trainer") or {})
-    early_engine = bc.get("enabled") and bc.get("val_untrained") and not (c.get("model") or {}).get("init_from")
+    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not (c.get("model") or {}).get("init_from")
     if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
         raise ConfigError(
             f"bc.val_untrained=true with rollout=vllm on {processes} processes launched by `python src/train.py`: the "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
-from arl.datamodules.rollout_datamodule import validation_episodes, with_protocol_names
+from arl.datamodules.batches import with_protocol_names
+from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
+from arl.run.settings import RolloutSettings, rollout_settings
 from arl.utils.logging import console, results_table
 
 
@@ -30,21 +33,24 @@ def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     return model, tokenizer
 
 
-def run_validation(loop, rollout: dict[str, Any], episodes_path: Path | None = None, seed: int = 0) -> dict[str, float]:
+def run_validation(
+    loop, rollout: Mapping[str, Any] | RolloutSettings, episodes_path: Path | None = None, seed: int = 0
+) -> dict[str, float]:
     """Episodes on the held-out seeds, group size 1, sampled with the ``val_*`` keys (greedy when
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
     (:func:`episode_record`)."""
     from arl.run.builders import sampling_params
 
-    params = sampling_params(rollout, validation=True)
-    batches = validation_episodes(loop, params, int(rollout["val_episodes"]), int(rollout["val_batch_size"]), seed=seed)
+    r = rollout_settings(rollout)
+    params = sampling_params(r, validation=True)
+    batches = validation_episodes(loop, params, r.val_episodes, r.val_batch_size, seed=seed)
     episodes = [e for eps, _ in batches for e in eps]
     if episodes_path is not None:
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
-    return with_protocol_names(episode_metrics(episodes, "val/"), params)
+    return with_protocol_names(episode_metrics(episodes, "val/"), validation_protocol(params))
 
 
 def episode_record(episode: Episode) -> dict[str, Any]:
@@ -130,20 +136,21 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     if cfg.use_run_config and run_cfg_file is not None:
         run_cfg = OmegaConf.to_container(OmegaConf.load(run_cfg_file), resolve=False)
         c = with_run_config(c, run_cfg, _cli_overrides())
-    L.seed_everything(int(c["seed"]))
+    L.seed_everything(c["seed"])
     if ckpt.is_dir():
         model, tokenizer = load_policy(ckpt, c["model"].get("dtype", "float32"))
     else:
         model, tokenizer = load_checkpoint_policy(ckpt, c["model"])
     model.eval()
-    loop = build_agent_loop(c, build_engine(c["rollout"], model, tokenizer), tokenizer)
+    rollout = rollout_settings(c["rollout"])
+    loop = build_agent_loop(c, build_engine(rollout, model, tokenizer), tokenizer)
     episodes_path = Path(c["paths"]["output_dir"]) / "val_episodes.jsonl" if c.get("save_episodes") else None
-    metrics = run_validation(loop, c["rollout"], episodes_path, seed=int(c["seed"]))
+    metrics = run_validation(loop, rollout, episodes_path, seed=c["seed"])
     loop.close()
     rows = [(k, f"{v:.3f}") for k, v in metrics.items() if k.startswith("val/")]
     rows.insert(0, ("policy", str(ckpt)))
-    rows.insert(1, ("episodes", str(c["rollout"]["val_episodes"])))
-    rows.insert(2, ("sampling", sampling_params(c["rollout"], validation=True).describe()))
+    rows.insert(1, ("episodes", str(rollout.val_episodes)))
+    rows.insert(2, ("sampling", sampling_params(rollout, validation=True).describe()))
     if episodes_path is not None:
         rows.insert(3, ("episodes, turn by turn", str(episodes_path)))
     console.print(results_table(f"validation on {c['env']['name']}", rows))

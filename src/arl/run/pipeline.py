@@ -54,7 +54,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         callbacks: extra Lightning callbacks for the RL stage (programmatic use, tests); they run
             before the config's callbacks.
     """
-    validate_config(cfg)
+    run = validate_config(cfg)
     c = container(cfg)
     done = finished_results(c)
     if done is not None:
@@ -66,7 +66,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     ckpt = resolve_ckpt_path(c)
     resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
     c, out_dir = _run_folder(cfg, c, ckpt, resume_it)
-    L.seed_everything(int(c["seed"]), workers=True)
+    L.seed_everything(c["seed"], workers=True)
     _quiet_lightning_logging()
     model, tokenizer, engine_model, engine, loop = _load_parts(c)
     results: dict[str, Any] = {"run_dir": str(out_dir)}
@@ -74,13 +74,13 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         results["resumed_from"] = str(ckpt)
         console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
 
-    if c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None:
-        bc_results, model = run_bc(cfg, model, engine_model, tokenizer, loop, out_dir)
+    if run.bc.enabled and not c["model"].get("init_from") and ckpt is None:
+        bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
         results.update(bc_results)
-    if not c["rl"].get("enabled", True):  # the BC stage alone (experiment=bc_<env>)
+    if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
         return finish_bc_only(c, results, loop, engine, out_dir)
 
-    module, trainer = _rl_stage(cfg, c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
+    module, trainer = _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
     results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir)
     loop.close()
     if callable(getattr(engine, "close", None)):
@@ -101,7 +101,7 @@ def _run_folder(
     folder Hydra made gets a ``RESUMED_INTO.txt``, and ``c`` is converted again); a finished run's old
     record is removed (it trains on, so the record no longer holds)."""
     out_dir = Path(c["paths"]["output_dir"])
-    if ckpt is not None and c["rl"].get("resume_in_place", True) and ckpt.parent.name == "checkpoints":
+    if ckpt is not None and c["rl"]["resume_in_place"] and ckpt.parent.name == "checkpoints":
         run_dir = ckpt.parent.parent
         if run_dir.resolve() != out_dir.resolve():
             if rank_zero_only.rank == 0:
@@ -136,20 +136,20 @@ def _load_parts(c: dict[str, Any]):
     return model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer)
 
 
-def _rl_stage(cfg, c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results):
+def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results):
     """The RL stage: validate the start (a fresh run), fit (from ``ckpt`` on a resume), validate the
     end unless the last iteration did; its results go into ``results``. Returns (module, trainer)."""
-    module = build_rl_module(cfg, model, tokenizer)
+    module = build_rl_module(c, model, tokenizer)
     dm = build_rollout_datamodule(c, loop, module)
     trainer = build_trainer(
-        cfg,
+        c,
         "rl",
         [WeightSync(engine)],
         model=model,
         purge_step=None if resume_it is None else resume_it + 1,
         extra_callbacks=callbacks,
         max_epochs=1,
-        val_check_interval=int(c["rl"]["val_every"]),
+        val_check_interval=c["rl"]["val_every"],
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         enable_progress_bar=False,

@@ -80,7 +80,7 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     if not record.exists():
         return None
     results = json.loads(record.read_text())
-    done, wanted = int(results.get("iterations_done", -1)), int(c["rl"]["iterations"])
+    done, wanted = int(results.get("iterations_done", -1)), c["rl"]["iterations"]
     last = out / "checkpoints" / "last.ckpt"
     if last.exists() and (done < wanted or checkpoint_iteration(last) != done):
         return None  # train on from the checkpoint

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share, rollout_reduce_spec
+from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share
 from arl.rollout.engine import SamplingParams
 
 
@@ -70,26 +70,41 @@ def test_ranks_roll_out_disjoint_shares_of_the_same_seed_list():
 
 
 def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
-    from arl.modules.rl_module import AgenticRLModule
-
-    def ep(won, valid_turns):
-        turns = [SimpleNamespace(valid=v, response_ids=[1, 2], truncated=False, reward=0.0) for v in valid_turns]
-        return SimpleNamespace(env_error=False, won=won, ret=1.0 if won else 0.0, num_turns=len(turns), turns=turns, task_type="t")
-
     from arl.agent.metrics import episode_metrics
+    from arl.modules.rl_module import AgenticRLModule
+    from arl.utils.metrics import combine
 
-    rank0 = [ep(True, [1, 1]), ep(False, [0, 1, 0, 0])]
-    rank1 = [ep(True, [1])]
-    per_rank = []
-    for eps in (rank0, rank1):
-        m = episode_metrics(eps, "rollout/")
-        m["rollout/episodes"] = float(len(eps))
-        per_rank.append((m, rollout_reduce_spec(eps, m)))
+    def ep(won, valid_turns, lens=(2,), task_type="t"):
+        turns = [SimpleNamespace(valid=v, response_ids=[1] * lens[i % len(lens)], truncated=False, reward=0.0)
+                 for i, v in enumerate(valid_turns)]
+        return SimpleNamespace(env_error=False, won=won, ret=1.0 if won else 0.0, num_turns=len(turns), turns=turns,
+                               task_type=task_type)
+
+    loop = SimpleNamespace(pool=SimpleNamespace(restarts=0))
+    dm = SimpleNamespace(agent_loop=loop)
+    rank0 = [ep(True, [1, 1], (3,)), ep(False, [0, 1, 0, 0])]
+    rank1 = [ep(True, [1], (7,)), SimpleNamespace(env_error=True, turns=[], task_type="t")]
+    per_rank = [RolloutDataModule._train_metrics(dm, eps, 1, 0, False, 1, 10, 5, 2.0, 1.0) for eps in (rank0, rank1)]
+    out = combine(per_rank)
+    everything = episode_metrics(rank0 + rank1, "rollout/")
+    for key in ("rollout/success_rate", "rollout/return_mean", "rollout/valid_action_ratio", "rollout/episode_len",
+                "rollout/response_len_mean", "rollout/truncated_ratio"):
+        assert out[key] == pytest.approx(everything[key]), key
+    assert out["rollout/response_len_max"] == 7.0
+    assert out["rollout/episodes"] == 4.0 and out["rollout/env_errors"] == 1.0
+    assert out["filter/kept_groups"] == 2.0 and out["filter/rounds"] == 1.0 and out["filter/active"] == 0.0
+    assert out["rollout/tokens_per_s"] == 10.0 and out["perf/generate_s"] == 2.0  # rates add up, times are the max
+    # the module combines the gathered Metrics the same way
     module = AgenticRLModule.__new__(AgenticRLModule)
     monkeypatch.setattr(AgenticRLModule, "_world_size", lambda self: 2)
     monkeypatch.setattr("arl.utils.distributed.all_gather_object", lambda obj: per_rank)
-    out = module._reduce_metrics(*per_rank[0])
-    everything = episode_metrics(rank0 + rank1, "rollout/")
-    for key in ("rollout/success_rate", "rollout/return_mean", "rollout/valid_action_ratio", "rollout/episode_len"):
-        assert out[key] == pytest.approx(everything[key]), key
-    assert out["rollout/episodes"] == 3.0
+    assert module._reduce_metrics(per_rank[0]) == out
+    # the batch reaches the step with its rules: Lightning's generic transfer cannot rebuild them
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    from arl.datamodules.batches import RolloutBatch
+
+    batch = RolloutBatch({}, {}, 0, metrics=per_rank[0])
+    assert module.transfer_batch_to_device(batch, torch.device("cpu"), 0).metrics is per_rank[0]
+    with pytest.raises(TypeError):
+        move_data_to_device(batch, torch.device("cpu"))

@@ -1,0 +1,108 @@
+"""The typed run groups (``env``, ``rollout``, ``rl``, ``bc``): one definition per key, checked at
+start-up, read without casts or second defaults by the orchestration room."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from arl.run.settings import GROUPS, RolloutSettings, env_settings, rollout_settings, run_settings
+from arl.utils import schema
+from arl.utils.config import ConfigError, container
+from arl_testing import ROOT, compose
+
+RUN_ROOM = ROOT / "src" / "arl" / "run"
+RUN_KEYS = {path.rsplit(".", 1)[-1] for cls in GROUPS.values() for path, _ in schema.keys(cls)}
+
+
+def test_the_default_config_is_typed():
+    run = run_settings(container(compose([])))
+    assert isinstance(run.rl.ppo_epochs, int) and not isinstance(run.rl.ppo_epochs, bool)
+    assert isinstance(run.rollout.step_timeout, float) and run.rollout.step_timeout == 60.0  # yaml writes 60
+    assert run.rollout.stop == ("</action>",)
+    assert run.rollout.hf_cache == "static" and run.rollout.vllm is None  # rollout=hf has no vllm block
+    assert run.bc.dagger.temperature == 0.4 and isinstance(run.bc.bootstrap.min_return, float)
+    assert run.rl.optimizer["_target_"] == "torch.optim.AdamW"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        run.rl.iterations = 3  # type: ignore[misc]
+
+
+def test_the_vllm_variant_has_its_block_and_no_kv_cache_key():
+    r = run_settings(container(compose(["rollout=vllm"]))).rollout
+    assert r.hf_cache is None and r.vllm["gpu_memory_utilization"] == 0.5
+
+
+def test_a_dictconfig_and_its_containers_give_the_same_settings():
+    cfg = compose(["rollout.temperature=1", "rl.grad_clip=2"])
+    assert run_settings(cfg) == run_settings(container(cfg))
+    assert run_settings(cfg).rollout.temperature == 1.0 and isinstance(run_settings(cfg).rollout.temperature, float)
+
+
+def test_one_error_names_every_bad_key():
+    c = container(compose([]))
+    c["rl"]["iteratons"] = 5  # a typo
+    c["rl"]["ppo_epochs"] = 0
+    del c["rollout"]["group_size"]
+    c["bc"]["dagger"]["enabled"] = "yes"
+    c["env"]["history_window"] = 1.5
+    with pytest.raises(ConfigError) as err:
+        run_settings(c)
+    message = str(err.value)
+    for expected in (
+        "rl.iteratons is not a known key; valid keys: enabled, iterations,",
+        "rl.ppo_epochs=0 is out of range: must be >= 1",
+        "rollout.group_size is missing",
+        "bc.dagger.enabled='yes' must be true or false",
+        "env.history_window=1.5 must be an integer",
+    ):
+        assert expected in message, (expected, message)
+
+
+def test_every_settings_key_is_set_by_the_yaml_of_every_env():
+    """The yaml holds each key's one value: a key the schema requires is in every composed config
+    (an absent-able key only in its variant)."""
+    for env in ("sokoban", "alfworld", "webshop", "math_tool"):
+        c = container(compose([f"env={env}"]))
+        for name, cls in GROUPS.items():
+            for f in dataclasses.fields(cls):
+                if not f.metadata.get("may_be_absent"):
+                    assert f.name in c[name], f"{name}.{f.name} is not set for env={env}"
+
+
+def test_the_builders_take_settings_or_mappings_alike():
+    c = container(compose(["rollout.val_episodes=3"]))
+    typed = rollout_settings(c["rollout"])
+    assert rollout_settings(typed) is typed
+    assert isinstance(typed, RolloutSettings) and typed.val_episodes == 3
+    assert env_settings(c["env"]).name == "sokoban"
+    with pytest.raises(ConfigError, match="invalid rollout config"):
+        rollout_settings({**c["rollout"], "engine": "sglang"})
+
+
+def _calls(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            yield node
+
+
+def _literal(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+@pytest.mark.parametrize("path", sorted(RUN_ROOM.glob("*.py")), ids=lambda p: p.name)
+def test_the_run_room_neither_defaults_nor_casts_a_run_key(path: Path):
+    """No ``x.get("<run key>", default)`` (a second default) and no ``int(x["<run key>"])`` (a cast
+    the typed section already made) in ``src/arl/run``."""
+    for call in _calls(path):
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr == "get" and len(call.args) == 2:
+            key = _literal(call.args[0])
+            assert key not in RUN_KEYS, f"{path.name}:{call.lineno}: .get({key!r}, default) defaults a run key"
+        if isinstance(func, ast.Name) and func.id in ("int", "float", "bool", "str") and call.args:
+            arg = call.args[0]
+            if isinstance(arg, ast.Subscript):
+                key = _literal(arg.slice)
+                assert key not in RUN_KEYS, f"{path.name}:{call.lineno}: {func.id}(...[{key!r}]) casts a run key"
