@@ -72,7 +72,7 @@ def test_every_settings_key_is_set_by_the_yaml_of_every_env():
                     assert f.name in c[name], f"{name}.{f.name} is not set for env={env}"
 
 
-def test_the_builders_take_settings_or_mappings_alike():
+def test_the_settings_functions_take_a_section_or_a_mapping():
     c = container(compose(["rollout.val_episodes=3"]))
     typed = rollout_settings(c["rollout"])
     assert rollout_settings(typed) is typed

@@ -153,7 +153,7 @@ def build_strategy(trainer_cfg: dict[str, Any], model=None):
 
 def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None, purge_step: int | None = None,
                   extra_callbacks: list | None = None, **overrides) -> L.Trainer:
-    """A Trainer of ``cfg.trainer`` for ``stage``.
+    """A Trainer of ``c["trainer"]`` (the config as plain containers, or a ``DictConfig``) for ``stage``.
 
     The RL stage's callbacks are the ``callbacks`` config group, instantiated from their
     ``_target_`` (thread share, progress lines, checkpoints, collapse detector); the BC stage gets
@@ -162,11 +162,11 @@ def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None,
     it loads whatever the others left, e.g. after a rollback); Lightning moves checkpoint callbacks
     to the end.
     """
+    c = container(c)
     configured = (c.get("callbacks") or {}).values() if stage == "rl" else ()
     extra = [instantiate(cb) for cb in configured if cb is not None and "_target_" in cb]
-    head = ([] if stage == "rl" else [ThreadRebalance()]) + [c for c in callbacks if not isinstance(c, WeightSync)]
-    tail = [c for c in callbacks if isinstance(c, WeightSync)]
-    c = container(c)
+    head = ([] if stage == "rl" else [ThreadRebalance()]) + [cb for cb in callbacks if not isinstance(cb, WeightSync)]
+    tail = [cb for cb in callbacks if isinstance(cb, WeightSync)]
     tcfg = copy.deepcopy(c["trainer"])
     strategy = build_strategy(tcfg, model)
     tcfg.pop("sharding", None)

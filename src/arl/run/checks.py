@@ -41,10 +41,10 @@ def _validate_precision(c: dict[str, Any]) -> None:
 
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     """Raise :class:`ConfigError` for an invalid training config: the typed groups (every bad key of
-    ``env``, ``rollout``, ``rl`` and ``bc`` at once, :func:`arl.run.settings.run_settings`), threads,
-    algo and model, then the rules between keys. Returns the typed groups."""
+    ``env``, ``rollout``, ``rl`` and ``bc`` at once, :func:`arl.run.settings.run_settings`), seed,
+    threads, algo and model, then the rules between keys. Returns the typed groups."""
     c = container(cfg)
-    _validate_threads_and_algo(c)
+    _validate_seed_threads_and_algo(c)
     run = run_settings(c)
     _validate_env_and_model(c)
     _validate_rollout(run.rollout)
@@ -57,7 +57,7 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     return run
 
 
-def _validate_threads_and_algo(c: dict[str, Any]) -> None:
+def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
     from arl.algos import validate_algo_config
     from arl.utils.threads import parse_setting
 
