@@ -41,7 +41,12 @@ def tiny(tiny_path):
     return model, tok
 
 
-LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK")
+LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK")
+# vLLM's CPU platform sets LOCAL_WORLD_SIZE to the tensor-parallel size whenever an engine is built
+# (vllm/platforms/cpu.py, check_and_update_config), so a test that builds one legitimately changes
+# it. Alone it makes no process a rank (Lightning's torchelastic detection needs RANK and LOCAL_RANK
+# too), so it is put back after each test rather than failed on.
+RESTORED_VARIABLES = ("LOCAL_WORLD_SIZE",)
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +54,15 @@ def _launch_variables_stay_put():
     """A test that leaves a launcher's variable set (``LOCAL_RANK=1``...) fails, and the variable is
     restored: the DDP tests' subprocesses inherit the environment, and a leaked rank makes
     Lightning wait forever for ranks it believes someone else launched."""
-    before = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
+    watched = LAUNCH_VARIABLES + RESTORED_VARIABLES
+    before = {k: os.environ.get(k) for k in watched}
     yield
-    after = {k: os.environ.get(k) for k in LAUNCH_VARIABLES}
-    if after != before:
-        for key, value in before.items():
+    after = {k: os.environ.get(k) for k in watched}
+    for key, value in before.items():
+        if after[key] != value:
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+    if any(after[k] != before[k] for k in LAUNCH_VARIABLES):
         pytest.fail(f"the test left launcher variables changed: {before} -> {after}")
