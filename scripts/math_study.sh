@@ -7,6 +7,7 @@
 #   bash scripts/math_study.sh                                     # BC, RL, report (resumes when run again)
 #   ARCHIVE=docs/results/math_study bash scripts/math_study.sh     # ... and copy the finished runs there
 #   BC=<bc run>/bc_policy_hf bash scripts/math_study.sh            # RL from an earlier BC policy
+#   ARM="rl.optimizer.lr=1e-5" bash scripts/math_study.sh          # overrides of the RL runs only (not the BC start)
 # Two RL runs at a time (N_JOBS), one torch thread each; the other variables: scripts/study_lib.sh's rl_study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,6 @@ BC_EXPERIMENT=bc_math_tool RL_EXPERIMENT=math_tool
 BC_ARGS="bc.epochs=${BC_EPOCHS:-4} bc.bootstrap.enabled=false"
 # RL and validation on the env's algebra templates: the start solves 0.69 of them at T 0.6 (0.94 of
 # the arithmetic ones), where the default problems leave little headroom (docs/results/math_study/README.md)
-RL_ARGS="env.kwargs.templates=[linear_equation,linear_system]"
+RL_ARGS="env.kwargs.templates=[linear_equation,linear_system] ${ARM:-}"
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

@@ -27,9 +27,12 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # (scripts/archive_runs.sh). Reads OUT SEEDS ITERS VAL_EVERY VAL_EPISODES BC_EXPERIMENT RL_EXPERIMENT, and
   # with defaults: PY (.venv/bin/python) METHODS (sampo,grpo) N_JOBS (2) BC_THREADS (1) RL_THREADS (1)
   # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
-  # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) BC BC_SHA256 ARCHIVE.
+  # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
+  # a Hydra interpolation) BC BC_SHA256 ARCHIVE. With one method in METHODS, the report gives its gain.
   : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
   : "${SETUP:=debug=cpu_small}" "${BC_ARGS:=}" "${RL_ARGS:=}" "${EXTRA:=}"
+  # shellcheck disable=SC2016  # a Hydra interpolation, not a shell one
+  [ -n "${SUBDIR:-}" ] || SUBDIR='${algo.name}_seed${seed}'
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
   if [ -z "${BC:-}" ]; then  # the study's own BC start, once
@@ -56,11 +59,12 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment="$RL_EXPERIMENT" $SETUP \
     ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
     rollout.val_episodes="$VAL_EPISODES" threads="$RL_THREADS" "hydra.sweep.dir='$OUT/rl'" \
-    'hydra.sweep.subdir=${algo.name}_seed${seed}' ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
+    "hydra.sweep.subdir=$SUBDIR" ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
     { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
   local first=${METHODS%%,*} rest=${METHODS#*,}
   # the difference of the first two methods, then each one's own value per seed (its gain over the start)
   local contrasts=(--contrast "algo=$first - algo=${rest%%,*}" --contrast "algo=$first" --contrast "algo=${rest%%,*}")
+  [ "$METHODS" = "$first" ] && contrasts=(--contrast "algo=$first")  # one method: its gain over the start
   "$PY" src/report.py "$OUT/rl" "${contrasts[@]}"
   if [ -n "${ARCHIVE:-}" ]; then
     bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"
