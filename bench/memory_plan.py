@@ -184,7 +184,8 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
     peak = high_water()
     steps = int(module.optimizer_steps_total)
 
-    arch = resolve_architecture({"name": "hf", "path": str(folder)})
+    hf = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "hf.yaml"))
+    arch = resolve_architecture({**hf, "path": str(folder)})
     setup = Setup(device="cpu", strategy="single", compute="fp32", reference=True, checkpointing=checkpointing,
                   tokens=tokens, row_tokens=row, engine="hf", capacity_bytes=1 << 50, device_total_bytes=1 << 50)
     plan = make_plan(arch, setup)

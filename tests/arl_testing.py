@@ -74,3 +74,19 @@ def write_rl_events(run_dir, scalars: dict[str, list[tuple[int, float]]]) -> Non
         for step, value in values:
             writer.add_scalar(tag, value, step)
     writer.close()
+
+
+def model_config(source: str, **changes) -> dict:
+    """The shipped ``configs/model/<source>.yaml`` as a plain dict, top-level keys replaced by
+    ``changes`` (``model_config("hf", path=str(folder), dtype="bfloat16")``): every key the
+    ``model`` section requires, with the values a run would have."""
+    import yaml
+
+    cfg = yaml.safe_load((CONFIG_DIR / "model" / f"{source}.yaml").read_text())
+    cfg.update(changes)
+    return cfg
+
+
+def lora_config(**changes) -> dict:
+    """The shipped ``model.lora`` block (the tiny model's) with ``changes``."""
+    return {**model_config("tiny")["lora"], **changes}

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
+from arl.models.config import ModelSettings, model_settings
 from arl.utils.memory_plan import (
     GIB,
     KNOWN_ARCHITECTURES,
@@ -54,14 +55,14 @@ def _folder_config(folder: Path, name: str) -> Architecture:
         raise PlanError(f"{config}: cannot read the architecture ({err})") from None
 
 
-def _tiny_architecture(model: Mapping[str, Any]) -> Architecture:
+def _tiny_architecture(model: ModelSettings) -> Architecture:
     """The embedded model: its config from ``model.tiny`` (TinyConfig's defaults for the rest); the
     vocabulary of its cached build when there is one, else the BPE target plus the four format
     tokens added after training (an upper bound: the Sokoban corpus fills 540)."""
     from arl.models.tiny import FORMAT_TOKENS, TinyConfig, default_cache_dir
 
-    cfg = TinyConfig(**dict(model.get("tiny") or {}))
-    root = Path(model["cache_dir"]) if model.get("cache_dir") else default_cache_dir()
+    cfg = model.tiny or TinyConfig()
+    root = Path(model.cache_dir) if model.cache_dir else default_cache_dir()
     wanted = asdict(cfg)
     builds = []
     for meta in glob.glob(str(root / "tiny-*" / "arl_tiny.json")):
@@ -81,8 +82,8 @@ def _tiny_architecture(model: Mapping[str, Any]) -> Architecture:
     )
 
 
-def resolve_architecture(model: Mapping[str, Any]) -> Architecture:
-    """The :class:`Architecture` a ``model`` config loads, without loading it.
+def resolve_architecture(model: ModelSettings | Mapping[str, Any]) -> Architecture:
+    """The :class:`Architecture` a ``model`` config (or its typed section) loads, without loading it.
 
     ``model.init_from`` and a local ``model.path`` are read from their ``config.json``; the
     embedded tiny model from its config; SmolLM2 from the table; a hub id from the HF cache when it
@@ -92,12 +93,10 @@ def resolve_architecture(model: Mapping[str, Any]) -> Architecture:
         PlanError: a hub id the table does not know and the cache does not hold, or a folder
             without a readable ``config.json``.
     """
-    init_from = model.get("init_from")
-    if init_from:
-        return _folder_config(Path(str(init_from)).expanduser(), str(init_from))
-    name = model.get("name")
-    path = model.get("path")
-    path = None if path in (None, "???") else str(path)
+    model = model_settings(model)
+    if model.init_from:
+        return _folder_config(Path(model.init_from).expanduser(), model.init_from)
+    name, path = model.name, model.path
     if name == "tiny" and not path:
         return _tiny_architecture(model)
     if name == "smollm2_135m" and (not path or not (Path(path).expanduser() / "config.json").exists()):
@@ -178,23 +177,21 @@ def _devices(trainer: Mapping[str, Any], machine: Machine, on_gpu: bool, notes: 
 def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine) -> tuple[Setup, str, list[str]]:
     """(Setup, where the capacity comes from, notes) of a resolved config dict ``c``."""
     notes: list[str] = []
-    trainer, model, rollout, rl = c["trainer"], c["model"], c["rollout"], c["rl"]
+    trainer, model, rollout, rl = c["trainer"], model_settings(c["model"]), c["rollout"], c["rl"]
     accelerator = str(trainer.get("accelerator", "cpu"))
     on_gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and machine.gpus > 0)
     devices = _devices(trainer, machine, on_gpu, notes)
     nodes = int(trainer.get("num_nodes", 1) or 1)
     strategy = _strategy(trainer, devices * nodes)
     shards, master, compute, checkpointing = _training_terms(trainer, model, strategy, devices * nodes)
-    lora = model.get("lora") or {}
-    targets = lora.get("target_modules") or ()
-    targets = targets if isinstance(targets, str) else tuple(targets)
+    lora = model.lora
     vllm_bytes, max_model_len, kv_bytes = _vllm_terms(rollout, arch, on_gpu)
     vcfg = rollout.get("vllm") or {}
     capacity, source = _capacity(c.get("plan") or {}, on_gpu, machine, devices)
     setup = Setup(
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
-        compute=compute, lora_rank=int(lora.get("r", 16)) if lora.get("enabled") else None,
-        lora_targets=targets or Setup.lora_targets, reference=float(c["algo"]["kl"]["coef"]) > 0,
+        compute=compute, lora_rank=lora.r if lora.enabled else None,
+        lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0,
         checkpointing=checkpointing, tokens=int(rl["micro_token_budget"]),
         row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
         vllm_utilization=float(vcfg.get("gpu_memory_utilization", 0.5)),
@@ -215,7 +212,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     return setup, source, notes
 
 
-def _training_terms(trainer: Mapping[str, Any], model: Mapping[str, Any], strategy: str, world: int) -> tuple[int, int, str, bool]:
+def _training_terms(trainer: Mapping[str, Any], model: ModelSettings, strategy: str, world: int) -> tuple[int, int, str, bool]:
     """(shards, bytes per master weight, compute precision, activation checkpointing) of the trainer."""
     sharding = trainer.get("sharding") or {}
     shards = 1
@@ -225,7 +222,7 @@ def _training_terms(trainer: Mapping[str, Any], model: Mapping[str, Any], strate
         shards = int(dp) if dp not in (None, "auto") else world
     elif strategy == "fsdp":
         shards = world
-    master = {"float32": 4, "bfloat16": 2, "float16": 2}[str(model.get("dtype", "float32"))]
+    master = {"float32": 4, "bfloat16": 2, "float16": 2}[model.dtype]
     precision = str(trainer.get("precision", "32-true"))
     compute = "fp32"
     if precision in ("bf16-true", "16-true"):
@@ -234,8 +231,8 @@ def _training_terms(trainer: Mapping[str, Any], model: Mapping[str, Any], strate
         compute = "half"
     elif precision in ("bf16-mixed", "16-mixed"):
         compute = "half" if strategy == "fsdp" else "autocast"
-    checkpointing = bool(sharding.get("activation_checkpointing")) if strategy in ("fsdp2", "fsdp") else bool(
-        model.get("gradient_checkpointing"))
+    checkpointing = bool(sharding.get("activation_checkpointing")) if strategy in ("fsdp2", "fsdp") else (
+        model.gradient_checkpointing)
     return shards, master, compute, checkpointing
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from arl.models.config import ModelSettings
 from arl.run.settings import GROUPS, RolloutSettings, env_settings, rollout_settings, run_settings
 from arl.utils import schema
 from arl.utils.config import ConfigError, container
@@ -16,6 +17,11 @@ from arl_testing import ROOT, compose
 
 RUN_ROOM = ROOT / "src" / "arl" / "run"
 RUN_KEYS = {path.rsplit(".", 1)[-1] for cls in GROUPS.values() for path, _ in schema.keys(cls)}
+MODEL_KEYS = {path.rsplit(".", 1)[-1] for path, _ in schema.keys(ModelSettings)}
+# the run room reads every group; the loaders and the memory plan (a room below run, which reads the
+# rollout and rl groups untyped) read the model group
+READERS = [(p, RUN_KEYS) for p in sorted(RUN_ROOM.glob("*.py"))] + [
+    (p, MODEL_KEYS) for p in sorted((ROOT / "src" / "arl" / "models").glob("*.py")) + [ROOT / "src" / "arl" / "plan.py"]]
 
 
 def test_the_default_config_is_typed():
@@ -92,17 +98,17 @@ def _literal(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-@pytest.mark.parametrize("path", sorted(RUN_ROOM.glob("*.py")), ids=lambda p: p.name)
-def test_the_run_room_neither_defaults_nor_casts_a_run_key(path: Path):
+@pytest.mark.parametrize("path, keys", READERS, ids=[f"{p.parent.name}/{p.name}" for p, _ in READERS])
+def test_the_readers_neither_default_nor_cast_a_run_key(path: Path, keys: set[str]):
     """No ``x.get("<run key>", default)`` (a second default) and no ``int(x["<run key>"])`` (a cast
-    the typed section already made) in ``src/arl/run``."""
+    the typed section already made) in ``src/arl/run``, ``src/arl/models`` or the memory plan."""
     for call in _calls(path):
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr == "get" and len(call.args) == 2:
             key = _literal(call.args[0])
-            assert key not in RUN_KEYS, f"{path.name}:{call.lineno}: .get({key!r}, default) defaults a run key"
+            assert key not in keys, f"{path.name}:{call.lineno}: .get({key!r}, default) defaults a run key"
         if isinstance(func, ast.Name) and func.id in ("int", "float", "bool", "str") and call.args:
             arg = call.args[0]
             if isinstance(arg, ast.Subscript):
                 key = _literal(arg.slice)
-                assert key not in RUN_KEYS, f"{path.name}:{call.lineno}: {func.id}(...[{key!r}]) casts a run key"
+                assert key not in keys, f"{path.name}:{call.lineno}: {func.id}(...[{key!r}]) casts a run key"

@@ -22,47 +22,46 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from arl.models.config import LoraSettings, ModelSettings, model_settings
+
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def resolve_model_path(model_cfg: Mapping[str, Any], corpus_texts: Callable[[list[str], int], list[str]] | None = None
-                       ) -> tuple[str, str | None]:
-    """(folder or hub id, gguf file name or None) of a ``model`` config.
+def resolve_model_path(model: ModelSettings | Mapping[str, Any],
+                       corpus_texts: Callable[[list[str], int], list[str]] | None = None) -> tuple[str, str | None]:
+    """(folder or hub id, gguf file name or None) of a ``model`` config (a mapping is read through
+    :func:`arl.models.config.model_settings`).
 
     Local GGUF files come back as their converted (cached) HF folder with ``None``. The embedded
     model (``name: tiny``) needs ``corpus_texts(env_names, n_seeds)``, the texts its tokenizer is
     trained on (``arl.agent.corpus.corpus_texts``; models import no env code).
     """
-    name = model_cfg.get("name")
-    path = model_cfg.get("path")
-    if path == "???":  # OmegaConf's missing value
-        path = None
-    if name == "tiny" and not path:
+    m = model_settings(model)
+    if m.name == "tiny" and not m.path:
         from arl.models.tiny import TinyConfig, ensure_tiny
 
-        tiny_cfg = TinyConfig(**dict(model_cfg.get("tiny") or {}))
+        tiny_cfg = m.tiny or TinyConfig()
         if corpus_texts is None:
             raise ValueError("model=tiny needs its tokenizer corpus: load it with arl.run.builders.load_model")
         corpus = corpus_texts(list(tiny_cfg.corpus_envs), tiny_cfg.corpus_seeds)
-        return str(ensure_tiny(tiny_cfg, model_cfg.get("cache_dir"), corpus=corpus)), None
-    if name == "smollm2_135m" and not path:
+        return str(ensure_tiny(tiny_cfg, m.cache_dir, corpus=corpus)), None
+    if m.name == "smollm2_135m" and not m.path:
         from arl.models.smollm2 import ensure_smollm2
 
-        return str(ensure_smollm2(model_cfg.get("cache_dir"), model_cfg.get("gguf_file"))), None
-    if not path:
-        raise ValueError(f"model.path must be set for model.name={name!r} (an HF folder or a hub id)")
+        return str(ensure_smollm2(m.cache_dir, m.gguf_file)), None
+    if not m.path:
+        raise ValueError(f"model.path must be set for model.name={m.name!r} (an HF folder or a hub id)")
     from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder
 
-    gguf = model_cfg.get("gguf_file")
-    smollm2 = name == "smollm2_135m"  # its folder may hold a copy of the package's GGUF (the default name)
-    file = Path(str(path)) / (gguf or (GGUF_NAME if smollm2 else ""))
-    if (gguf or smollm2) and file.is_file():
+    smollm2 = m.name == "smollm2_135m"  # its folder may hold a copy of the package's GGUF (the default name)
+    file = Path(m.path) / (m.gguf_file or (GGUF_NAME if smollm2 else ""))
+    if (m.gguf_file or smollm2) and file.is_file():
         prefix = "smollm2-135m" if smollm2 else Path(file.name).stem.lower().replace(".", "-")
         template = SMOLLM2_CHAT_TEMPLATE if smollm2 else None
-        return str(cached_gguf_folder(file, prefix, model_cfg.get("cache_dir"), template)), None
-    return str(path), gguf
+        return str(cached_gguf_folder(file, prefix, m.cache_dir, template)), None
+    return m.path, m.gguf_file
 
 
 def check_tokenizer(tokenizer) -> None:
@@ -95,7 +94,7 @@ def load_policy(
     *,
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
-    lora: Mapping[str, Any] | None = None,
+    lora: LoraSettings | None = None,
 ):
     """Load (model, tokenizer) from an HF folder or hub id (optionally a GGUF file in it).
 
@@ -107,7 +106,7 @@ def load_policy(
         gradient_checkpointing: activation checkpointing in training mode.
         attn_implementation: ``eager`` | ``sdpa`` | ``flash_attention_2`` | None (transformers' default).
         trust_remote_code: allow model code shipped with a hub repo.
-        lora: a ``model.lora`` config; adapters are added when ``enabled`` is true.
+        lora: the ``model.lora`` section; adapters are added when ``enabled`` is true.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -126,31 +125,33 @@ def load_policy(
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
-    if lora and lora.get("enabled"):
+    if lora is not None and lora.enabled:
         from arl.models.lora import apply_lora
 
         model = apply_lora(model, lora)
     return model, tokenizer
 
 
-def load_from_config(model_cfg: Mapping[str, Any], corpus_texts: Callable[[list[str], int], list[str]] | None = None):
-    """(model, tokenizer, source path) for a ``model`` config; ``init_from`` overrides the source.
+def load_from_config(model: ModelSettings | Mapping[str, Any],
+                     corpus_texts: Callable[[list[str], int], list[str]] | None = None):
+    """(model, tokenizer, source path) for a ``model`` config (a mapping is read through
+    :func:`arl.models.config.model_settings`); ``init_from`` overrides the source.
     ``corpus_texts``: see :func:`resolve_model_path` (``arl.run.builders.load_model`` passes it)."""
-    init_from = model_cfg.get("init_from")
-    if init_from:
-        path, gguf = str(init_from), None
+    m = model_settings(model)
+    if m.init_from:
+        path, gguf = m.init_from, None
     else:
-        path, gguf = resolve_model_path(model_cfg, corpus_texts)
-    model, tokenizer = load_policy(
+        path, gguf = resolve_model_path(m, corpus_texts)
+    policy, tokenizer = load_policy(
         path,
-        model_cfg.get("dtype", "float32"),
+        m.dtype,
         gguf,
-        bool(model_cfg.get("gradient_checkpointing", False)),
-        attn_implementation=model_cfg.get("attn_implementation"),
-        trust_remote_code=bool(model_cfg.get("trust_remote_code", False)),
-        lora=model_cfg.get("lora"),
+        m.gradient_checkpointing,
+        attn_implementation=m.attn_implementation,
+        trust_remote_code=m.trust_remote_code,
+        lora=m.lora,
     )
-    return model, tokenizer, path
+    return policy, tokenizer, path
 
 
 def save_hf(model, tokenizer, out_dir: str | Path) -> Path:

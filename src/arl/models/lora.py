@@ -19,14 +19,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
+from arl.models.config import LoraSettings
+
 log = logging.getLogger(__name__)
 
-# Attention and MLP projections of Qwen2/Qwen3/Llama/Mistral/SmolLM2.
-DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 PEFT_HINT = "model.lora.enabled=true needs peft: pip install peft"
 
 
@@ -43,14 +43,14 @@ def is_peft_model(model) -> bool:
     return any(cls.__name__ == "PeftModel" for cls in type(model).__mro__)
 
 
-def apply_lora(model, lora_cfg: Mapping[str, Any]):
-    """Wrap ``model`` with LoRA adapters as ``lora_cfg`` says; returns the ``PeftModel``.
+def apply_lora(model, lora: LoraSettings):
+    """Wrap ``model`` with LoRA adapters as the ``model.lora`` section says; returns the ``PeftModel``.
 
-    Keys: ``r`` (rank), ``alpha``, ``dropout``, ``target_modules`` (module name suffixes, or
-    ``all-linear``), ``bias`` (``none``).
+    ``lora.target_modules``: module name suffixes (those the model lacks are skipped with a
+    warning), or one string peft understands (``all-linear``). The adapters have no bias.
     """
     peft = _peft()
-    targets = lora_cfg.get("target_modules") or list(DEFAULT_TARGET_MODULES)
+    targets = lora.target_modules
     if isinstance(targets, str):
         target_modules: Any = targets  # e.g. "all-linear"
     else:
@@ -62,11 +62,11 @@ def apply_lora(model, lora_cfg: Mapping[str, Any]):
         if missing:
             log.warning("LoRA target modules not in %s: %s", type(model).__name__, missing)
     config = peft.LoraConfig(
-        r=int(lora_cfg.get("r", 16)),
-        lora_alpha=float(lora_cfg.get("alpha", 32)),
-        lora_dropout=float(lora_cfg.get("dropout", 0.0)),
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
         target_modules=target_modules,
-        bias=str(lora_cfg.get("bias", "none")),
+        bias="none",
         task_type="CAUSAL_LM",
     )
     with warnings.catch_warnings():  # peft probes a deprecated transformers attribute
@@ -120,7 +120,7 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
     return out
 
 
-def fold_adapters(model, lora_cfg: Mapping[str, Any]):
+def fold_adapters(model, lora: LoraSettings):
     """Merge the trained adapters into the base weights and start fresh ones (B = 0).
 
     After behaviour cloning with LoRA, this makes the BC result the new base, so the
@@ -129,7 +129,7 @@ def fold_adapters(model, lora_cfg: Mapping[str, Any]):
     ``model`` itself must not be used afterwards (its base layers were unloaded in place).
     """
     base = model.merge_and_unload()
-    return apply_lora(base, lora_cfg)
+    return apply_lora(base, lora)
 
 
 def reference_context(policy):

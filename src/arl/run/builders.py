@@ -21,6 +21,7 @@ from arl.algos import filters, schema
 from arl.algos.schema import algo_config
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
+from arl.models.config import ModelSettings, model_settings
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
@@ -30,9 +31,9 @@ from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 from arl.utils.placement import trainer_processes
 
 
-def load_model(model_cfg: dict[str, Any], trainer_cfg: dict[str, Any] | None = None):
-    """(model, tokenizer, source) of a ``model`` config; the embedded model's tokenizer corpus is
-    played by :func:`arl.agent.corpus.corpus_texts`.
+def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None):
+    """(model, tokenizer, source) of a ``model`` config (or its typed section); the embedded model's
+    tokenizer corpus is played by :func:`arl.agent.corpus.corpus_texts`.
 
     Activation checkpointing is applied once: when the sharded trainer of ``trainer_cfg`` wraps
     every block itself (``trainer.sharding.activation_checkpointing``), the model's own
@@ -41,9 +42,10 @@ def load_model(model_cfg: dict[str, Any], trainer_cfg: dict[str, Any] | None = N
     from arl.agent.corpus import corpus_texts
     from arl.models.loading import load_from_config
 
+    model = model_settings(model_cfg)
     if trainer_cfg and is_sharded(trainer_cfg) and (trainer_cfg.get("sharding") or {}).get("activation_checkpointing"):
-        model_cfg = {**model_cfg, "gradient_checkpointing": False}
-    return load_from_config(model_cfg, corpus_texts=corpus_texts)
+        model = dataclasses.replace(model, gradient_checkpointing=False)
+    return load_from_config(model, corpus_texts=corpus_texts)
 
 
 def tiny_model(cfg=None, cache_dir=None) -> Path:
@@ -206,7 +208,7 @@ def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
     sharded_half = is_sharded(c["trainer"]) and bool((c["trainer"].get("sharding") or {}).get("mixed_precision"))
     return (
         run.rollout.engine == "hf"
-        and str(c["model"].get("dtype", "float32")) in ("float32", "fp32")
+        and run.model.dtype == "float32"
         and precision in ("32", "32-true")
         and not sharded_half
         and not algo_config(c["algo"]).rollout_correction.enabled

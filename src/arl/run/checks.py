@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
+from arl.models.config import ModelSettings, model_settings
 from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
-MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 
 
 def _choice(key: str, value: Any, valid) -> None:
@@ -24,13 +24,11 @@ def _choice(key: str, value: Any, valid) -> None:
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, sorted(valid)))}")
 
 
-def _validate_precision(c: dict[str, Any]) -> None:
+def _validate_precision(model: ModelSettings) -> None:
     """The trained weights (and the optimiser's state) are fp32; compute goes to bf16 through the
     trainer (``precision: bf16-mixed``, FSDP2's ``sharding.mixed_precision``)."""
-    model = c["model"]
-    dtype = str(model.get("dtype", "float32"))
-    lora = bool((model.get("lora") or {}).get("enabled"))
-    if dtype in ("bfloat16", "float16") and not lora:
+    dtype = model.dtype
+    if dtype in ("bfloat16", "float16") and not model.lora.enabled:
         raise ConfigError(
             f"model.dtype={dtype} would keep the trained weights and the optimiser's state in {dtype}: at lr 1e-6 one "
             "AdamW step changes about 2 % of the parameters, rounding swallows the rest. Train with model.dtype=float32 "
@@ -41,17 +39,17 @@ def _validate_precision(c: dict[str, Any]) -> None:
 
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
     """Raise :class:`ConfigError` for an invalid training config: the typed groups (every bad key of
-    ``env``, ``rollout``, ``rl`` and ``bc`` at once, :func:`arl.run.settings.run_settings`), seed,
-    threads, algo and model, then the rules between keys. Returns the typed groups."""
+    ``env``, ``rollout``, ``rl``, ``bc`` and ``model`` at once, :func:`arl.run.settings.run_settings`),
+    seed, threads and algo, then the rules between keys. Returns the typed groups."""
     c = container(cfg)
     _validate_seed_threads_and_algo(c)
     run = run_settings(c)
-    _validate_env_and_model(c)
+    _validate_env_and_model(run)
     _validate_rollout(run.rollout)
     _validate_rl(c, run)
     if not run.bc.enabled and not run.rl.enabled:
         raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
-    _validate_precision(c)
+    _validate_precision(run.model)
     if run.bc.enabled and run.bc.dagger.enabled:
         _validate_dagger(c, run)
     return run
@@ -73,17 +71,13 @@ def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
         raise ConfigError(str(err).strip("'\"")) from None
 
 
-def _validate_env_and_model(c: dict[str, Any]) -> None:
+def _validate_env_and_model(run: RunSettings) -> None:
     from arl.envs.registry import env_names
     from arl.models.config import validate_model_config
 
-    if ":" not in c["env"]["name"]:  # "package.module:Class" plugs in a user env
-        _choice("env.name", c["env"]["name"], env_names())
-    _choice("model.name", c["model"]["name"], MODEL_NAMES)
-    try:
-        validate_model_config(c["model"])
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
+        _choice("env.name", run.env.name, env_names())
+    validate_model_config(run.model)
 
 
 def _validate_rollout(r: RolloutSettings) -> None:
@@ -218,7 +212,7 @@ def _check_launch(c: dict[str, Any]) -> None:
     except PlacementError as err:
         raise ConfigError(f"placement: {err}") from None
     processes = trainer_processes(c.get("trainer") or {})
-    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not (c.get("model") or {}).get("init_from")
+    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not model_settings(c["model"]).init_from
     if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
         raise ConfigError(
             f"bc.val_untrained=true with rollout=vllm on {processes} processes launched by `python src/train.py`: the "
@@ -271,10 +265,9 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
             )
         _check_vllm(c)
     _check_launch(c)
-    model = c.get("model") or {}
-    for key in ("init_from", "path"):
-        value = model.get(key)
-        if not value or value == "???" or not isinstance(value, str):
+    model = model_settings(c["model"])
+    for key, value in (("init_from", model.init_from), ("path", model.path)):
+        if not value:
             continue
         if key == "init_from" or _looks_like_a_folder(value):
             if not Path(value).expanduser().exists():

@@ -15,6 +15,7 @@ from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode
 from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
+from arl.models.config import model_settings
 from arl.run.settings import RolloutSettings, rollout_settings
 from arl.utils.logging import console, results_table
 
@@ -138,7 +139,7 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
         c = with_run_config(c, run_cfg, _cli_overrides())
     L.seed_everything(c["seed"])
     if ckpt.is_dir():
-        model, tokenizer = load_policy(ckpt, c["model"].get("dtype", "float32"))
+        model, tokenizer = load_policy(ckpt, model_settings(c["model"]).dtype)
     else:
         model, tokenizer = load_checkpoint_policy(ckpt, c["model"])
     model.eval()

@@ -74,7 +74,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         results["resumed_from"] = str(ckpt)
         console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
 
-    if run.bc.enabled and not c["model"].get("init_from") and ckpt is None:
+    if run.bc.enabled and not run.model.init_from and ckpt is None:
         bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
         results.update(bc_results)
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)

@@ -1,15 +1,15 @@
-"""The run's config groups as typed sections: ``env``, ``rollout``, ``rl`` and ``bc``.
+"""The run's config groups as typed sections: ``env``, ``rollout``, ``rl``, ``bc`` and ``model``.
 
 Each key's value, default included, is set once, in the yaml (``configs/env/<env>.yaml``,
 ``configs/rollout/base.yaml`` and its engine files, the ``rl`` and ``bc`` blocks of
-``configs/train.yaml``), where its comment says what it means. The sections below say what each
-key must be: :func:`run_settings` checks the four groups (every missing, unknown or invalid key,
-in one error) and returns them typed, so the builders read ``run.rl.ppo_epochs`` as an ``int``
+``configs/train.yaml``, ``configs/model/<source>.yaml``), where its comment says what it means.
+The sections say what each key must be: :func:`run_settings` checks the five groups (every
+missing, unknown or invalid key, in one error) and returns them typed, so the builders read ``run.rl.ppo_epochs`` as an ``int``
 without casting or defaulting anything. A key only some variants of a group have (``hf_cache``
 of the transformers engine, the ``vllm`` block of vLLM's) is None where the variant lacks it.
 
-The ``algo`` group has its own schema, which also holds the defaults (:mod:`arl.algos.schema`); the
-``model`` group is checked by :func:`arl.models.config.validate_model_config`; the ``trainer``,
+The ``model`` group's section is :class:`arl.models.config.ModelSettings` (the loaders read it too);
+the ``algo`` group has its own schema, which also holds the defaults (:mod:`arl.algos.schema`); the ``trainer``,
 ``logger`` and ``callbacks`` groups name their classes (``_target_``) and are instantiated.
 """
 
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arl.agent.samples import SAMPLE_MODES
+from arl.models.config import ModelSettings, without_missing_path
 from arl.rollout.hf_engine import HF_CACHES
 from arl.utils.config import ConfigError, container
 from arl.utils.memory_plan import ENGINES
@@ -152,7 +153,7 @@ class BCSettings:
     optimizer: dict = required(INSTANTIABLE)
 
 
-GROUPS = {"env": EnvSettings, "rollout": RolloutSettings, "rl": RLSettings, "bc": BCSettings}
+GROUPS = {"env": EnvSettings, "rollout": RolloutSettings, "rl": RLSettings, "bc": BCSettings, "model": ModelSettings}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +164,7 @@ class RunSettings:
     rollout: RolloutSettings
     rl: RLSettings
     bc: BCSettings
+    model: ModelSettings
 
 
 def _typed(cls: type, node: Any, path: str) -> Any:
@@ -186,10 +188,11 @@ def rollout_settings(rollout: Mapping[str, Any] | RolloutSettings) -> RolloutSet
 
 
 def run_settings(c: Mapping[str, Any]) -> RunSettings:
-    """The checked, typed ``env``, ``rollout``, ``rl`` and ``bc`` groups of a training config
-    ``c`` (plain containers or a ``DictConfig``); one :class:`ConfigError` lists every missing,
-    unknown or invalid key of the four."""
+    """The checked, typed ``env``, ``rollout``, ``rl``, ``bc`` and ``model`` groups of a training
+    config ``c`` (plain containers or a ``DictConfig``); one :class:`ConfigError` lists every
+    missing, unknown or invalid key of the five."""
     c = container(c)
+    c["model"] = without_missing_path(c.get("model"))
     errors = [e for name, cls in GROUPS.items() for e in problems(c.get(name), cls, name)]
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))

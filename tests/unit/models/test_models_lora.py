@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from arl.models.config import LoraSettings
 from arl.models.loading import load_from_config, load_policy, save_hf
 from arl.modules.forward import forward_log_probs
+from arl_testing import lora_config, model_config
 
 peft = pytest.importorskip("peft")
 
-LORA = {"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0,
-        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+LORA = LoraSettings(enabled=True, r=8, alpha=16.0, dropout=0.0,
+                    target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 
 
 def _batch(vocab: int, b: int = 3, length: int = 24, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -55,8 +57,8 @@ def test_only_adapters_train_and_their_count(base_and_lora):
     base, lora, _ = base_and_lora
     expected = 0
     for name, module in base.named_modules():
-        if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LORA["target_modules"]:
-            expected += LORA["r"] * (module.in_features + module.out_features)
+        if isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LORA.target_modules:
+            expected += LORA.r * (module.in_features + module.out_features)
     trainable = {n: p.numel() for n, p in lora.named_parameters() if p.requires_grad}
     assert sum(trainable.values()) == expected > 0
     assert all("lora_A" in n or "lora_B" in n for n in trainable)
@@ -144,8 +146,8 @@ def test_hf_source_from_a_local_folder_with_options(tiny_path, tmp_path):
     base, tok = load_policy(tiny_path)
     save_hf(base, tok, tmp_path / "folder")
     model, tokenizer, source = load_from_config(
-        {"name": "hf", "path": str(tmp_path / "folder"), "dtype": "bfloat16", "attn_implementation": "eager",
-         "trust_remote_code": False, "gradient_checkpointing": True, "lora": {"enabled": False}}
+        model_config("hf", path=str(tmp_path / "folder"), dtype="bfloat16", attn_implementation="eager",
+                     gradient_checkpointing=True)
     )
     assert source == str(tmp_path / "folder")
     assert next(model.parameters()).dtype == torch.bfloat16
@@ -157,24 +159,29 @@ def test_hf_source_needs_a_path():
     from arl.models.loading import resolve_model_path
 
     with pytest.raises(ValueError, match="model.path"):
-        resolve_model_path({"name": "hf", "path": None})
+        resolve_model_path(model_config("hf", path=None))
 
 
 @pytest.mark.parametrize(
     "cfg, match",
     [
-        ({"name": "hf", "path": "???"}, "model.path"),
-        ({"name": "tiny", "dtype": "fp8"}, "model.dtype"),
-        ({"name": "tiny", "attn_implementation": "magic"}, "model.attn_implementation"),
-        ({"name": "tiny", "lora": {"enabled": True, "r": 0}}, "model.lora.r"),
-        ({"name": "tiny", "lora": {"enabled": True, "dropout": 1.5}}, "model.lora.dropout"),
-        ({"name": "tiny", "lora": {"enabled": True, "target_modules": []}}, "model.lora.target_modules"),
+        (model_config("hf"), "model.path"),
+        (model_config("tiny", dtype="fp8"), "model.dtype"),
+        (model_config("tiny", attn_implementation="magic"), "model.attn_implementation"),
+        (model_config("tiny", lora=lora_config(enabled=True, r=0)), "model.lora.r"),
+        (model_config("tiny", lora=lora_config(enabled=True, dropout=1.5)), "model.lora.dropout"),
+        (model_config("tiny", lora=lora_config(enabled=True, target_modules=[])), "model.lora.target_modules"),
+        (model_config("tiny", lora=lora_config(bias="all")), "model.lora.bias is not a known key"),
+        ({k: v for k, v in model_config("tiny").items() if k != "dtype"}, "model.dtype is missing"),
+        (model_config("tiny", name="llama"), "model.name"),
+        (model_config("tiny", tiny={"hidden": 64}), r"model.tiny=.* has unknown keys \[.hidden.\]"),
     ],
 )
 def test_model_config_validation_names_the_key(cfg, match):
     from arl.models.config import validate_model_config
+    from arl.utils.config import ConfigError
 
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         validate_model_config(cfg)
 
 

