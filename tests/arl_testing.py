@@ -90,3 +90,11 @@ def model_config(source: str, **changes) -> dict:
 def lora_config(**changes) -> dict:
     """The shipped ``model.lora`` block (the tiny model's) with ``changes``."""
     return {**model_config("tiny")["lora"], **changes}
+
+
+def vllm_config(**changes) -> dict:
+    """The shipped ``rollout.vllm`` block (configs/rollout/vllm.yaml) with ``changes``."""
+    import yaml
+
+    block = yaml.safe_load((CONFIG_DIR / "rollout" / "vllm.yaml").read_text())["vllm"]
+    return {**block, **changes}

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from arl.models.config import ModelSettings, model_settings
+from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.utils.memory_plan import (
     GIB,
     KNOWN_ARCHITECTURES,
@@ -185,8 +186,10 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     strategy = _strategy(trainer, devices * nodes)
     shards, master, compute, checkpointing = _training_terms(trainer, model, strategy, devices * nodes)
     lora = model.lora
-    vllm_bytes, max_model_len, kv_bytes = _vllm_terms(rollout, arch, on_gpu)
-    vcfg = rollout.get("vllm") or {}
+    vcfg = vllm_settings(rollout["vllm"]) if rollout.get("vllm") is not None else None  # rollout=vllm only
+    vllm_bytes, max_model_len, kv_bytes = _vllm_terms(rollout, vcfg, arch, on_gpu)
+    vllm_memory = {} if vcfg is None else {"vllm_utilization": vcfg.gpu_memory_utilization,
+                                           "vllm_sleep": vcfg.enable_sleep_mode and on_gpu}
     capacity, source = _capacity(c.get("plan") or {}, on_gpu, machine, devices)
     setup = Setup(
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
@@ -194,9 +197,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0,
         checkpointing=checkpointing, tokens=int(rl["micro_token_budget"]),
         row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
-        vllm_utilization=float(vcfg.get("gpu_memory_utilization", 0.5)),
-        vllm_sleep=bool(vcfg.get("enable_sleep_mode")) and on_gpu,
-        vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
+        **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
         vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),
         hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),
         capacity_bytes=capacity, device_total_bytes=capacity,
@@ -236,16 +237,17 @@ def _training_terms(trainer: Mapping[str, Any], model: ModelSettings, strategy: 
     return shards, master, compute, checkpointing
 
 
-def _vllm_terms(rollout: Mapping[str, Any], arch: Architecture, on_gpu: bool) -> tuple[int, int, Any]:
-    """(bytes per vLLM weight, max_model_len, KV-cache bytes or None) of the rollout engine."""
-    vcfg = rollout.get("vllm") or {}
+def _vllm_terms(rollout: Mapping[str, Any], vcfg: VLLMSettings | None, arch: Architecture,
+                on_gpu: bool) -> tuple[int, int, Any]:
+    """(bytes per vLLM weight, max_model_len, KV-cache bytes or None) of the rollout engine (``vcfg``:
+    its ``rollout.vllm`` block, None for the transformers engine)."""
     row_tokens = int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"])
-    vllm_dtype = str(vcfg.get("dtype") or "auto")
+    vllm_dtype = vcfg.dtype if vcfg is not None else "auto"
     # vLLM's dtype "auto": the checkpoint's bf16/fp16 on a GPU (fp32 checkpoints run in half precision;
     # vLLM's --dtype docs), float32 on a CPU (arl.rollout.vllm_engine.llm_kwargs)
-    vllm_bytes = 4 if vllm_dtype in ("float32", "float") or (vllm_dtype == "auto" and not on_gpu) else 2
-    max_model_len = int(vcfg.get("max_model_len") or row_tokens)
-    kv_bytes = vcfg.get("kv_cache_memory_bytes")
+    vllm_bytes = 4 if vllm_dtype == "float32" or (vllm_dtype == "auto" and not on_gpu) else 2
+    max_model_len = (vcfg.max_model_len if vcfg is not None else None) or row_tokens
+    kv_bytes = vcfg.kv_cache_memory_bytes if vcfg is not None else None
     if str(rollout["engine"]) == "vllm" and not on_gpu and kv_bytes is None:
         from types import SimpleNamespace
 

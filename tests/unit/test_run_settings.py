@@ -38,7 +38,7 @@ def test_the_default_config_is_typed():
 
 def test_the_vllm_variant_has_its_block_and_no_kv_cache_key():
     r = run_settings(container(compose(["rollout=vllm"]))).rollout
-    assert r.hf_cache is None and r.vllm["gpu_memory_utilization"] == 0.5
+    assert r.hf_cache is None and r.vllm.gpu_memory_utilization == 0.5 and r.vllm.passthrough == {}
 
 
 def test_a_dictconfig_and_its_containers_give_the_same_settings():

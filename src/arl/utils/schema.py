@@ -4,7 +4,9 @@ A section is a frozen dataclass; each field is a key made by :func:`setting` (th
 default lives in the schema: the ``algo`` group, whose ``base.yaml`` is generated from it),
 :func:`required` (the key's value, default included, lives in the yaml: the run groups ``env``,
 ``rollout``, ``rl``, ``bc``), :func:`absent_or` (a key that only some variants of a group have,
-e.g. ``rollout.hf_cache`` of the transformers engine) or :func:`section` (a nested block).
+e.g. ``rollout.hf_cache`` of the transformers engine) or :func:`section` (a nested block). A section
+with a :func:`rest` field is open: keys it does not name are collected there instead of refused
+(``rollout.vllm``, whose other keys go to ``vllm.LLM`` as they are).
 
 :func:`problems` lists every missing, unknown or invalid key of a mapping against a section and
 :func:`build` returns the typed, validated section (numbers cast to their type), so the code that
@@ -142,10 +144,23 @@ def section(cls: type, doc: str = "") -> Any:
     return field(default_factory=cls, metadata={"doc": doc, "section": cls})
 
 
+def rest(doc: str = "") -> Any:
+    """Not a key: the keys of the mapping that the section does not name, as a dict (an open section)."""
+    return field(default_factory=dict, metadata={"doc": doc, "rest": True})
+
+
+def _keyed(cls: type) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("rest")]
+
+
+def _is_open(cls: type) -> bool:
+    return any(f.metadata.get("rest") for f in dataclasses.fields(cls))
+
+
 # ----------------------------------------------------------------------------------------- walking it
 def keys(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
     """Every leaf key of the section ``cls`` as ``(dotted path, field)``, in declaration order."""
-    for f in dataclasses.fields(cls):
+    for f in _keyed(cls):
         if "section" in f.metadata:
             yield from keys(f.metadata["section"], f"{prefix}{f.name}.")
         else:
@@ -154,7 +169,7 @@ def keys(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]
 
 def key_names(cls: type) -> tuple[str, ...]:
     """The key names of one section (``key_names(AdvantageConfig)``)."""
-    return tuple(f.name for f in dataclasses.fields(cls))
+    return tuple(f.name for f in _keyed(cls))
 
 
 def is_mapping(x: Any) -> bool:
@@ -170,9 +185,9 @@ def problems(node: Any, cls: type, path: str) -> list[str]:
     errors: list[str] = []
     known = key_names(cls)
     for key in node:
-        if key not in known:
+        if key not in known and not _is_open(cls):
             errors.append(f"{path}.{key} is not a known key; valid keys: {', '.join(known)}")
-    for f in dataclasses.fields(cls):
+    for f in _keyed(cls):
         where = f"{path}.{f.name}"
         if f.name not in node:
             if not f.metadata.get("may_be_absent"):
@@ -190,6 +205,9 @@ def build(cls: type, node: Any) -> Any:
     """The section ``cls`` of a mapping that :func:`problems` accepts, values cast to their type."""
     values = {}
     for f in dataclasses.fields(cls):
+        if f.metadata.get("rest"):
+            values[f.name] = {k: v for k, v in node.items() if k not in key_names(cls)}
+            continue
         if f.name not in node:
             continue  # a key that may be absent keeps its None
         value = node[f.name]

@@ -17,6 +17,7 @@ from arl.rollout.vllm_engine import (
     model_folder,
     sampling_kwargs,
 )
+from arl_testing import vllm_config
 
 
 @pytest.mark.parametrize(
@@ -129,15 +130,15 @@ def test_finish_reason_mapping():
 
 def test_llm_kwargs_defaults_derivation_and_passthrough():
     rollout = {"max_prompt_tokens": 1000, "max_new_tokens": 64}
-    kw = llm_kwargs({"dtype": "float32", "max_num_seqs": 16}, rollout, model_max_len=4096)
+    kw = llm_kwargs(vllm_config(dtype="float32", max_num_seqs=16), rollout, model_max_len=4096)
     assert kw["dtype"] == "float32" and kw["max_num_seqs"] == 16  # unknown keys pass through
     assert kw["max_model_len"] == 1064
     assert kw["logprobs_mode"] == "processed_logprobs"
     assert "sleep_level" not in kw and "kv_cache_memory_bytes" not in kw  # ours / None -> vLLM's default
-    assert kw["seed"] == 0 and kw["tensor_parallel_size"] == 1 and kw["enable_sleep_mode"] is False
-    capped = llm_kwargs({}, {"max_prompt_tokens": 4000, "max_new_tokens": 512}, model_max_len=2048)
+    assert kw["seed"] == 0 and kw["tensor_parallel_size"] == 1 and kw["enable_sleep_mode"] is True  # the yaml's
+    capped = llm_kwargs(vllm_config(), {"max_prompt_tokens": 4000, "max_new_tokens": 512}, model_max_len=2048)
     assert capped["max_model_len"] == 2048
-    explicit = llm_kwargs({"max_model_len": 300}, {"max_prompt_tokens": 4000, "max_new_tokens": 512})
+    explicit = llm_kwargs(vllm_config(max_model_len=300), {"max_prompt_tokens": 4000, "max_new_tokens": 512})
     assert explicit["max_model_len"] == 300
     assert kw["enforce_eager"] is False  # a GPU: CUDA graphs
 
@@ -147,16 +148,37 @@ def test_llm_kwargs_on_a_cpu_are_exact_eager_and_sized_from_the_batch():
 
     cfg = SimpleNamespace(num_hidden_layers=4, num_key_value_heads=2, num_attention_heads=4, head_dim=32, hidden_size=128)
     rollout = {"max_prompt_tokens": 448, "max_new_tokens": 64, "max_batch_size": 64}
-    kw = llm_kwargs({}, rollout, on_cpu=True, model_config=cfg)
+    kw = llm_kwargs(vllm_config(), rollout, on_cpu=True, model_config=cfg)
     assert kw["dtype"] == "float32" and kw["enforce_eager"] is True
     # 2 x 4 layers x 2 heads x 32 x 4 bytes = 2 KiB a token; x 512 tokens x 64 sequences x 1.25 = 80 MiB
     assert kw["kv_cache_memory_bytes"] == int(2048 * 512 * 64 * 1.25)
-    small = llm_kwargs({}, {**rollout, "max_batch_size": 2}, on_cpu=True, model_config=cfg)
+    small = llm_kwargs(vllm_config(), {**rollout, "max_batch_size": 2}, on_cpu=True, model_config=cfg)
     assert small["kv_cache_memory_bytes"] == 64 << 20  # the floor
-    chosen = llm_kwargs({"dtype": "bfloat16", "enforce_eager": False, "kv_cache_memory_bytes": 1 << 30}, rollout,
+    chosen = llm_kwargs(vllm_config(dtype="bfloat16", enforce_eager=False, kv_cache_memory_bytes=1 << 30), rollout,
                         on_cpu=True, model_config=cfg)
     assert (chosen["dtype"], chosen["enforce_eager"], chosen["kv_cache_memory_bytes"]) == ("bfloat16", False, 1 << 30)
-    assert "max_model_len" not in llm_kwargs(None, None)
+    assert "max_model_len" not in llm_kwargs(vllm_config(), None)
+
+
+@pytest.mark.parametrize("changes, match", [
+    ({"dtype": "fp8"}, r"rollout\.vllm\.dtype='fp8' is not valid"),
+    ({"sleep_level": 3}, r"rollout\.vllm\.sleep_level=3 must be 1 or 2"),
+    ({"gpu_memory_utilization": 0.0}, r"rollout\.vllm\.gpu_memory_utilization=0\.0 is out of range"),
+    ({"seed": None}, r"rollout\.vllm\.seed=None must be an integer"),
+])
+def test_the_vllm_block_is_checked_and_open(changes, match):
+    """Each key the engine reads is checked (every bad one named); a key it does not name is kept for
+    vllm.LLM; a missing one is an error, not a second default."""
+    from arl.rollout.vllm_config import vllm_settings
+    from arl.utils.config import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        vllm_settings(vllm_config(**changes))
+    block = vllm_config(max_num_seqs=16, swap_space=2)
+    assert vllm_settings(block).passthrough == {"max_num_seqs": 16, "swap_space": 2}
+    del block["seed"]
+    with pytest.raises(ConfigError, match=r"rollout\.vllm\.seed is missing"):
+        vllm_settings(block)
 
 
 def test_model_folder_reuses_or_saves(tiny, tiny_path, tmp_path):
@@ -252,7 +274,7 @@ def test_vllm_logprobs_mode_is_known():
 
     from vllm.config.model import LogprobsMode
 
-    assert llm_kwargs({})["logprobs_mode"] in typing.get_args(LogprobsMode)
+    assert llm_kwargs(vllm_config())["logprobs_mode"] in typing.get_args(LogprobsMode)
 
 
 @pytest.mark.vllm
