@@ -34,9 +34,10 @@ rm -rf "$all" && mkdir -p "$all"
 for a in base lr temp; do
   for run in "$ROOT/$a/rl/${a}_seed"*; do ln -s "$(cd "$run" && pwd)" "$all/$(basename "$run")"; done
 done
-base="rl.optimizer.lr=1e-4,rollout.temperature=1.0"
-lr="rl.optimizer.lr=1e-5,rollout.temperature=1.0"
-temp="rl.optimizer.lr=1e-4,rollout.temperature=0.6"
+# the settings as the runs' .hydra/overrides.yaml name them (Hydra writes 1e-4 as 0.0001, 1e-5 as 1e-05)
+base="rl.optimizer.lr=0.0001,rollout.temperature=1.0"
+lr="rl.optimizer.lr=1e-05,rollout.temperature=1.0"
+temp="rl.optimizer.lr=0.0001,rollout.temperature=0.6"
 contrasts=(--contrast "$lr - $base" --contrast "$temp - $base" --contrast "$lr" --contrast "$temp" --contrast "$base")
 "$PY" src/report.py "$all" "${contrasts[@]}"
 if [ -n "$archive" ]; then

@@ -475,6 +475,12 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
     assert "A row of one setting (SAMPO, GRPO) is that setting's gain over the start per seed" in block[-1]
     final = study.contrast("algo=sampo - algo=grpo", "final")
     assert final.family_size == 1  # the final-success family holds the one difference of two settings
+    # a finding with a setting's own value and a difference on gain and final success: the final
+    # line has only the difference (a success rate against 0 means nothing)
+    mixed = {**spec.findings[0], "contrasts": ["algo=sampo", "algo=sampo - algo=grpo"], "measures": ["gain", "final"]}
+    gain_line, final_line = finding_row(spec, mixed).lines
+    assert gain_line.ours.startswith("gain over the start (T 0.6): SAMPO +0.250 (2/2 above 0), SAMPO - GRPO ")
+    assert final_line.ours.startswith("final success (T 0.6): SAMPO - GRPO ") and "SAMPO +" not in final_line.ours
 
 
 def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_path):

@@ -248,6 +248,22 @@ def test_paired_contrasts_over_shared_seeds(tmp_path):
     assert main([str(root), "--out", str(tmp_path / "o2"), "--contrast", "algo=sampo - - algo=grpo"]) == 2
 
 
+def test_a_setting_is_named_by_any_of_its_overrides_when_one_setting_has_them(tmp_path):
+    """A folder of one method's runs labels its setting with every override the runs share; a
+    contrast may name it by one of them ("algo=grpo", the gain of study_lib.sh's one-method study)."""
+    from arl.analysis.tables import contrast_table
+
+    root = tmp_path / "one"
+    for seed, final in ((1, 0.3), (2, 0.5)):
+        _write_run(root / f"algo=grpo,lr=1e-5,x=[1,2],seed={seed}", {"val/success_rate": [(0, 0.2), (10, final)]})
+    line = contrast_table(find_runs(root), ["algo=grpo"], "gain over the start").splitlines()[2]
+    assert line.startswith("| `algo=grpo` | 2 | +0.200 [") and line.endswith("| 1: +0.100, 2: +0.300 |")
+    assert "| 2 |" in contrast_table(find_runs(root), ["lr=1e-5,x=[1,2]"], "gain over the start").splitlines()[2]
+    # a name two settings have is not resolved
+    _write_run(root / "algo=grpo,lr=1e-4,x=[1,2],seed=1", {"val/success_rate": [(0, 0.2), (10, 0.1)]})
+    assert "no setting named 'algo=grpo'" in contrast_table(find_runs(root), ["algo=grpo"], "gain over the start")
+
+
 def test_an_archived_run_reports_like_the_original(tmp_path):
     """scripts/archive_runs.sh keeps the finished runs' events, config and best checkpoint name."""
     import subprocess

@@ -204,7 +204,12 @@ def finding_row(spec: Spec, f: dict) -> Row:
     multi = len(studies) > 1
     out = []
     for m in f["measures"]:
-        contrasts = [s.contrast(c, m) for s, c in items]
+        # a setting's own value is a finding only where it means something against 0 (a gain), as in
+        # the contrasts block (Study.family_for)
+        kept = [(s, c) for s, c in items if len(parse_contrast(c)) > 1 or MEASURE_KINDS[m].against_zero]
+        if not kept:
+            continue
+        contrasts = [s.contrast(c, m) for s, c in kept]
         label = _label(MEASURE_KINDS[m], studies)
         names = [f"{c.study.short} {c.name}" if multi else c.name for c in contrasts]
         ours = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f} ({c.above}/{len(c.values)} above 0)"

@@ -286,6 +286,25 @@ def seed_of(run: Run) -> str:
     return run.overrides.get("seed") or run.common.get("seed") or run.name
 
 
+def setting_terms(spec: str, names: Iterable[str]) -> list[tuple[int, str]]:
+    """The contrast ``spec``'s terms (:func:`arl.utils.stats.parse_contrast`) with each name resolved to
+    a setting of ``names``: the setting of that name, else the one setting whose overrides include the
+    name's (``algo=grpo`` names the setting of a folder holding one method's runs, whose label is
+    every override its runs share). A name neither resolves is kept as it is (the caller's lookup
+    then says it is missing)."""
+    from arl.utils.stats import parse_contrast
+
+    names = list(names)
+    terms = []
+    for sign, name in parse_contrast(spec):
+        if name not in names:
+            want = parse_overrides(name).items()
+            matches = [n for n in names if want and want <= parse_overrides(n).items()]
+            name = matches[0] if len(matches) == 1 else name
+        terms.append((sign, name))
+    return terms
+
+
 def values_by_setting(runs: Iterable[Run], value: Callable[[Run], float | None]) -> dict[str, dict[str, float]]:
     """Setting -> {seed: ``value(run)``} over the runs that have the value: what a paired contrast
     (:func:`arl.utils.stats.contrast_values`) combines per seed."""

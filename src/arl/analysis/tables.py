@@ -13,8 +13,8 @@ from __future__ import annotations
 import statistics
 from typing import Callable, Iterable
 
-from arl.analysis.runs import Run, kl_tag, settings, values_by_setting
-from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci, parse_contrast
+from arl.analysis.runs import Run, kl_tag, setting_terms, settings, values_by_setting
+from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -224,7 +224,7 @@ def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "fi
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
     for spec in contrasts:
         try:
-            per_seed = contrast_values(parse_contrast(spec), by_setting)
+            per_seed = contrast_values(setting_terms(spec, by_setting), by_setting)
         except KeyError as err:  # a setting that has not run (yet): said in its row, the rest still reported
             lines.append(f"| `{spec}` | 0 | {err.args[0]} | - | - | - |")
             continue
