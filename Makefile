@@ -76,7 +76,7 @@ study: install ## the CPU study of docs/results.md: every method on Sokoban, 2 s
 study-math: install ## issue 42's math study (scripts/math_study.sh): BC start, SAMPO and GRPO on 5 paired seeds, report (~1.7 h; resumable)
 	bash scripts/math_study.sh
 
-study-math-diagnosis: install ## why RL lowered the math start (scripts/math_diagnosis_study.sh): GRPO at lr 1e-5 or rollout T 0.6 against the math study's setting, 4 paired seeds (~1.3 h; resumable)
+study-math-diagnosis: install ## why RL lowered the math start (scripts/math_diagnosis_study.sh): GRPO at lr 1e-5 or rollout T 0.6 against the math study's setting, 4 paired seeds (~1 h; resumable)
 	bash scripts/math_diagnosis_study.sh
 
 study-alfworld: install ## issue 42's ALFWorld study at this machine's size (scripts/alfworld_cpu_study.sh): BC start, SAMPO and GRPO on 3 paired seeds, report (~2.5 h; resumable)

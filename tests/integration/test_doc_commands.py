@@ -120,6 +120,7 @@ SKIPPED = (
     ("bash scripts/alfworld_study.sh", "run shortened by test_alfworld_study_runs_shortened"),
     ("bash scripts/math_study.sh", "run shortened by test_math_study_runs_shortened_and_archives"),
     ("bash scripts/alfworld_cpu_study.sh", "run shortened by test_alfworld_cpu_study_runs_shortened"),
+    ("bash scripts/math_diagnosis_study.sh", "run shortened by test_math_diagnosis_study_runs_shortened_and_archives"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
@@ -561,6 +562,31 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     report = (archive / "report.md").read_text()
     assert "`algo=sampo - algo=grpo` | 1 |" in report and "gain over the start" in report
     assert "| `algo=sampo` | 1 |" in report and "| `algo=grpo` | 1 |" in report  # each method's own values per seed
+
+
+def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
+    """``scripts/math_diagnosis_study.sh`` shortened: one BC start, the three GRPO arms (base, lr 1e-5, T 0.6)
+    from it, each arm's settings in its runs' configs, the report's contrasts between the arms, and the archive
+    of all of them."""
+    import yaml
+
+    root, archive = tmp_path / "diag", tmp_path / "archive"
+    env = {**_env(tmp_path), "PY": PY, "ROOT": str(root), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
+           "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1", "BC_SHA256": "",
+           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_diagnosis_study.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    arms = {"base_seed1": (1e-4, 1.0), "lr1e-5_seed1": (1e-5, 1.0), "temp0.6_seed1": (1e-4, 0.6)}
+    start = str((root / "lr" / "bc" / "bc_policy_hf").resolve())
+    for run, (lr, temperature) in arms.items():
+        cfg = yaml.safe_load((archive / "runs" / run / ".hydra" / "config.yaml").read_text())
+        assert (cfg["rl"]["optimizer"]["lr"], cfg["rollout"]["temperature"]) == (lr, temperature)
+        assert cfg["model"]["init_from"] == start and cfg["algo"]["name"] == "grpo"
+    assert not (root / "base" / "bc").exists() and not (root / "temp" / "bc").exists()  # one start for the arms
+    report = (archive / "report.md").read_text()
+    diff = "`rl.optimizer.lr=1e-05,rollout.temperature=1.0 - rl.optimizer.lr=0.0001,rollout.temperature=1.0` | 1 |"
+    assert diff in report and "no setting named" not in report
 
 
 @pytest.mark.slow  # test_alfworld_study_runs_shortened runs the same rl_study on the real engine in the default suite
