@@ -12,7 +12,19 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from arl.utils.config import ConfigError, container
-from arl.utils.schema import BOOLEAN, Check, build, integer, is_mapping, number, one_of, optional, problems, required, rest
+from arl.utils.schema import (
+    BOOLEAN,
+    Check,
+    build,
+    integer,
+    is_mapping,
+    number,
+    one_of,
+    optional,
+    problems,
+    required,
+    rest,
+)
 
 VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 SLEEP_LEVEL = Check(

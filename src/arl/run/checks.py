@@ -19,7 +19,6 @@ from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
 
-
 def _choice(key: str, value: Any, valid) -> None:
     if value not in valid:
         raise ConfigError(f"{key}={value!r} is not valid; valid choices: {', '.join(map(str, sorted(valid)))}")

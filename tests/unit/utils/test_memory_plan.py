@@ -11,7 +11,6 @@ from itertools import product
 import pytest
 
 from arl.plan import PlanError, resolve_architecture
-from arl_testing import model_config
 from arl.utils.memory_plan import (
     CUDA_CONTEXT_BYTES,
     GIB,
@@ -24,6 +23,7 @@ from arl.utils.memory_plan import (
     outside_activation_bytes,
     suggestions,
 )
+from arl_testing import model_config
 
 # A 2-layer Qwen3-style model small enough to work out on paper.
 HAND = Architecture("hand", layers=2, hidden=64, intermediate=256, heads=4, kv_heads=2, head_dim=16, vocab=1000,
