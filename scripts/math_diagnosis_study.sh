@@ -11,7 +11,7 @@
 # by game):
 #   bash scripts/math_diagnosis_study.sh                                       # the three arms, report
 #   ARCHIVE=docs/results/math_diagnosis bash scripts/math_diagnosis_study.sh   # ... and archive the runs
-# Run again, it resumes. About 1 h on 2 cores (the BC start 10 min, each arm 4 runs of about 8 min, 2 at a time).
+# Run again, it resumes. About 1 h on 2 cores (the BC start about 7 min, each arm 4 runs of about 8 min, 2 at a time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${ROOT:=logs/math_diagnosis}" "${PY:=.venv/bin/python}"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from arl.utils.stats import parse_contrast
+
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
 
 
@@ -292,8 +294,6 @@ def setting_terms(spec: str, names: Iterable[str]) -> list[tuple[int, str]]:
     name's (``algo=grpo`` names the setting of a folder holding one method's runs, whose label is
     every override its runs share). A name neither resolves is kept as it is (the caller's lookup
     then says it is missing)."""
-    from arl.utils.stats import parse_contrast
-
     names = list(names)
     terms = []
     for sign, name in parse_contrast(spec):

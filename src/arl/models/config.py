@@ -17,19 +17,17 @@ import importlib.util
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from arl.utils.config import ConfigError, container
+from arl.utils.config import ConfigError, container, typed_section
 from arl.utils.schema import (
     BOOLEAN,
     NON_EMPTY,
     Check,
     absent_or,
-    build,
     integer,
     is_mapping,
     number,
     one_of,
     optional,
-    problems,
     required,
     section,
 )
@@ -124,11 +122,8 @@ def model_settings(model: Mapping[str, Any] | ModelSettings) -> ModelSettings:
         return model
     if not is_mapping(model):
         raise ConfigError(f"model must be a mapping, got {model!r}")
-    model = without_missing_path(container(model))  # plain lists and dicts (the tiny model's cache key hashes them)
-    errors = problems(model, ModelSettings, "model")
-    if errors:
-        raise ConfigError("invalid model config:\n  " + "\n  ".join(errors))
-    return build(ModelSettings, model)
+    # plain lists and dicts (the tiny model's cache key hashes them)
+    return typed_section(ModelSettings, without_missing_path(container(model)), "model")
 
 
 def validate_model_config(model: Mapping[str, Any] | ModelSettings) -> ModelSettings:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from arl.utils.config import ConfigError, container
+from arl.utils.config import container, typed_section
 from arl.utils.schema import (
     BOOLEAN,
     Check,
@@ -61,12 +61,9 @@ def vllm_settings(block: Mapping[str, Any] | VLLMSettings) -> VLLMSettings:
     Raises:
         ConfigError: naming every missing or invalid key.
     """
-    if isinstance(block, VLLMSettings):
-        return block
-    problem = _block_problem(block)
-    if problem:
-        raise ConfigError(f"invalid rollout.vllm config: {problem}")
-    return build(VLLMSettings, container(block))
+    return typed_section(VLLMSettings, block, "rollout.vllm")
 
 
-VLLM_BLOCK = Check("the `vllm.LLM` block (configs/rollout/vllm.yaml)", _block_problem, vllm_settings)
+# inside the rollout section: checked there (every problem in the rollout's error), then only built
+VLLM_BLOCK = Check("the `vllm.LLM` block (configs/rollout/vllm.yaml)", _block_problem,
+                   lambda block: build(VLLMSettings, container(block)))

@@ -199,7 +199,7 @@ def _check_vllm(c: dict[str, Any]) -> None:
         )
 
 
-def _check_launch(c: dict[str, Any]) -> None:
+def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
     """Where this process runs (:func:`arl.utils.placement.resolve_placement`: an srun or torchrun
     launch that does not say it is refused here), and one combination Lightning's own spawner
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
@@ -212,7 +212,7 @@ def _check_launch(c: dict[str, Any]) -> None:
     except PlacementError as err:
         raise ConfigError(f"placement: {err}") from None
     processes = trainer_processes(c.get("trainer") or {})
-    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not model_settings(c["model"]).init_from
+    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not model.init_from
     if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
         raise ConfigError(
             f"bc.val_untrained=true with rollout=vllm on {processes} processes launched by `python src/train.py`: the "
@@ -264,8 +264,8 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
                 + CPU_ALTERNATIVE
             )
         _check_vllm(c)
-    _check_launch(c)
     model = model_settings(c["model"])
+    _check_launch(c, model)
     for key, value in (("init_from", model.init_from), ("path", model.path)):
         if not value:
             continue

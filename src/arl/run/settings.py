@@ -24,7 +24,7 @@ from arl.agent.samples import SAMPLE_MODES
 from arl.models.config import ModelSettings, without_missing_path
 from arl.rollout.hf_engine import HF_CACHES
 from arl.rollout.vllm_config import VLLM_BLOCK, VLLMSettings
-from arl.utils.config import ConfigError, container
+from arl.utils.config import ConfigError, container, typed_section
 from arl.utils.memory_plan import ENGINES
 from arl.utils.schema import (
     BOOLEAN,
@@ -168,24 +168,14 @@ class RunSettings:
     model: ModelSettings
 
 
-def _typed(cls: type, node: Any, path: str) -> Any:
-    if isinstance(node, cls):
-        return node
-    node = container(node)
-    errors = problems(node, cls, path)
-    if errors:
-        raise ConfigError(f"invalid {path} config:\n  - " + "\n  - ".join(errors))
-    return build(cls, node)
-
-
 def env_settings(env: Mapping[str, Any] | EnvSettings) -> EnvSettings:
     """The checked, typed ``env`` group (:class:`ConfigError` names every bad key)."""
-    return _typed(EnvSettings, env, "env")
+    return typed_section(EnvSettings, env, "env")
 
 
 def rollout_settings(rollout: Mapping[str, Any] | RolloutSettings) -> RolloutSettings:
     """The checked, typed ``rollout`` group (:class:`ConfigError` names every bad key)."""
-    return _typed(RolloutSettings, rollout, "rollout")
+    return typed_section(RolloutSettings, rollout, "rollout")
 
 
 def run_settings(c: Mapping[str, Any]) -> RunSettings:

@@ -1,5 +1,5 @@
 """Ground-floor config helpers: the error type of a bad config value, the config as plain
-containers, and Hydra's resolvers.
+containers, a typed section read from a config node, and Hydra's resolvers.
 
 The start-up validation of the composed config sits above every room, in :mod:`arl.run.checks`.
 """
@@ -41,3 +41,21 @@ def register_resolvers() -> None:
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key."""
+
+
+def typed_section(cls: type, node: Any, path: str) -> Any:
+    """The checked, typed section ``cls`` (:mod:`arl.utils.schema`) of the config node ``node`` at
+    ``path`` (plain containers or a ``DictConfig``; an instance of ``cls`` is returned as it is).
+
+    Raises:
+        ConfigError: listing every missing, unknown or invalid key of the node.
+    """
+    from arl.utils.schema import build, problems
+
+    if isinstance(node, cls):
+        return node
+    node = container(node)
+    errors = problems(node, cls, path)
+    if errors:
+        raise ConfigError(f"invalid {path} config:\n  - " + "\n  - ".join(errors))
+    return build(cls, node)
