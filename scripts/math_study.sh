@@ -7,11 +7,15 @@
 #   bash scripts/math_study.sh                                     # BC, RL, report (resumes when run again)
 #   ARCHIVE=docs/results/math_study bash scripts/math_study.sh     # ... and copy the finished runs there
 #   BC=<bc run>/bc_policy_hf bash scripts/math_study.sh            # RL from an earlier BC policy
-#   ARM="rl.optimizer.lr=1e-5" bash scripts/math_study.sh          # overrides of the RL runs only (not the BC start)
+#   ARM="rl.optimizer.lr=1e-4" bash scripts/math_study.sh          # overrides of the RL runs only (not the BC start)
+# The RL runs take debug=cpu_small's math recipe (lr 1e-5, debug/budget/cpu_small_math_tool.yaml); the archived
+# math_study ran before that calibration, at lr 1e-4 (the ARM above reruns it). The start is the committed one
+# (START, docs/results/math_study/bc_start/bc_policy_hf) when present, else built in $OUT/bc.
 # Two RL runs at a time (N_JOBS), one torch thread each; the other variables: scripts/study_lib.sh's rl_study.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=logs/math_study}" "${SEEDS:=1,2,3,4,5}" "${ITERS:=30}" "${VAL_EVERY:=15}" "${VAL_EPISODES:=512}"
+: "${START:=docs/results/math_study/bc_start/bc_policy_hf}"
 BC_EXPERIMENT=bc_math_tool RL_EXPERIMENT=math_tool
 BC_ARGS="bc.epochs=${BC_EPOCHS:-4} bc.bootstrap.enabled=false"
 # RL and validation on the env's algebra templates: the start solves 0.69 of them at T 0.6 (0.94 of

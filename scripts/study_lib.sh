@@ -28,13 +28,19 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # with defaults: PY (.venv/bin/python) METHODS (sampo,grpo) N_JOBS (2) BC_THREADS (1) RL_THREADS (1)
   # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
   # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
-  # a Hydra interpolation) BC BC_SHA256 ARCHIVE. With one method in METHODS, the report gives its gain.
+  # a Hydra interpolation) BC BC_SHA256 ARCHIVE START (a committed bc_policy_hf folder: the start when it holds
+  # weights and BC is unset; when it does not, the study's start is copied there to be committed). With one
+  # method in METHODS, the report gives its gain.
   : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
   : "${SETUP:=debug=cpu_small}" "${BC_ARGS:=}" "${RL_ARGS:=}" "${EXTRA:=}"
   # shellcheck disable=SC2016  # a Hydra interpolation, not a shell one
   [ -n "${SUBDIR:-}" ] || SUBDIR='${algo.name}_seed${seed}'
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
+  if [ -z "${BC:-}" ] && [ -n "${START:-}" ] && [ -f "$START/model.safetensors" ]; then
+    BC=$START  # the start committed beside the archive: the same bytes on any machine, no rebuild
+    echo "study: the committed BC start $START"
+  fi
   if [ -z "${BC:-}" ]; then  # the study's own BC start, once
     BC=$OUT/bc/bc_policy_hf
     if [ ! -d "$BC" ]; then
@@ -53,6 +59,10 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   fi
   BC=$(cd "$BC" && pwd)
   check_start "$BC" "$BC" BC_SHA256  # the start the archived runs came from, when given
+  if [ -n "${START:-}" ] && [ ! -f "$START/model.safetensors" ]; then  # keep the start's weights (a few MB) to commit
+    mkdir -p "$START" && cp -a "$BC/." "$START/"
+    echo "study: the BC start copied to $START (commit it: later studies start from these bytes on any machine)"
+  fi
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
   # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets
   # shellcheck disable=SC2086
