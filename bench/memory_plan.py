@@ -29,6 +29,12 @@ How the memory is measured, like with like:
 peak of ``token_log_probs`` + ``entropy_from_logits`` + backward over (N, V) logits, in fp32
 copies of (N, V), for fp32 and bf16 logits.
 
+Beside RSS, each configuration is also **counted** (:func:`count`, ``arl.utils.live_bytes``): the same
+iterations with the weights and reference taken from their storages and the update as the peak of the
+tensor storages its operators held at once. The count is the same on every machine (RSS is not: the
+allocator and the kernels a CPU picks move it by 5-20 %); ``tests/integration/test_plan_cli.py`` checks
+the plan against the count, and this bench prints both.
+
 Run: ``python bench/memory_plan.py`` (tiny; SmolLM2-135M too when ``make install-smollm2`` put it
 here; a few minutes on 2 cores); ``--models tiny`` for the tiny rows only (under a minute).
 """
@@ -125,9 +131,10 @@ def episodes_for(tokens: int, row: int, vocab: int, micro: int = 2, seed: int = 
     return out
 
 
-def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) -> dict:
-    """Run ``iters`` RL iterations of one configuration in this process; planned and measured bytes."""
-    import warnings
+def build_update(model: str, tokens: int, row: int, checkpointing: bool, iters: int):
+    """What one configuration's RL iterations need: (module, the iterations' data loader, a Lightning
+    ``Trainer``, the plan of this configuration as {row name: bytes} and as a ``MemoryPlan``)."""
+    import copy
 
     import lightning as L
     import torch
@@ -149,16 +156,8 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
     over.pop("defaults", None)
     algo = OmegaConf.to_container(OmegaConf.merge(base, over), resolve=True)
     algo["loss"]["horizon"] = row
-    warm = torch.nn.Linear(64, 64)  # thread pools and autograd's state belong to the baseline
-    warm(torch.randn(8, 64)).sum().backward()
-    del warm
-    trim()
-    b0 = rss()
-
     policy, _ = load_policy(folder, gradient_checkpointing=checkpointing)
     policy.train()
-    import copy
-
     reference = copy.deepcopy(policy)
     module = AgenticRLModule(
         policy, reference, tok, algo, lambda params: torch.optim.AdamW(params, lr=1e-6, weight_decay=0.01),
@@ -173,33 +172,72 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                         limit_val_batches=0, precision="32-true")
-    trim()
-    b1 = rss()
-    reset_high_water()
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        trainer.fit(module, train_dataloaders=loader)
-    seconds = time.perf_counter() - t0
-    peak = high_water()
-    steps = int(module.optimizer_steps_total)
-
     hf = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "hf.yaml"))
     arch = resolve_architecture({**hf, "path": str(folder)})
     setup = Setup(device="cpu", strategy="single", compute="fp32", reference=True, checkpointing=checkpointing,
                   tokens=tokens, row_tokens=row, engine="hf", capacity_bytes=1 << 50, device_total_bytes=1 << 50)
     plan = make_plan(arch, setup)
-    by = {r.name: r.bytes for r in plan.rows}
+    return module, loader, trainer, {r.name: r.bytes for r in plan.rows}, plan
+
+
+def planned_parts(by: dict[str, int], plan) -> dict[str, int]:
+    """The plan's trainer part split as the measurements split it."""
+    weights = by["policy weights"] + by["reference (frozen)"]
+    return {"weights + reference": weights, "update": plan.trainer_bytes() - weights, "trainer total": plan.trainer_bytes()}
+
+
+def fit(trainer, module, loader) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, train_dataloaders=loader)
+
+
+def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) -> dict:
+    """Run ``iters`` RL iterations of one configuration in this process; planned and measured (RSS) bytes."""
+    import torch
+
+    warm = torch.nn.Linear(64, 64)  # thread pools and autograd's state belong to the baseline
+    warm(torch.randn(8, 64)).sum().backward()
+    del warm
+    trim()
+    b0 = rss()
+    module, loader, trainer, by, plan = build_update(model, tokens, row, checkpointing, iters)
+    trim()
+    b1 = rss()
+    reset_high_water()
+    t0 = time.perf_counter()
+    fit(trainer, module, loader)
+    seconds = time.perf_counter() - t0
+    peak = high_water()
     return {
-        "params": arch.params(), "steps": steps, "seconds": seconds, "threads": torch.get_num_threads(),
+        "params": sum(p.numel() for p in module.policy.parameters()),
+        "steps": int(module.optimizer_steps_total), "seconds": seconds, "threads": torch.get_num_threads(),
         "measured": {"weights + reference": b1 - b0, "update": peak - b1, "trainer total": peak - b0},
-        "planned": {
-            "weights + reference": by["policy weights"] + by["reference (frozen)"],
-            "update": plan.trainer_bytes() - by["policy weights"] - by["reference (frozen)"],
-            "trainer total": plan.trainer_bytes(),
-        },
+        "planned": planned_parts(by, plan),
         "parts": {k: by[k] for k in ("gradients", "AdamW moments", "activations kept", "logits (score + backward)",
                                      "block backward")},
+    }
+
+
+def count(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2) -> dict:
+    """The same iterations with the bytes counted from the tensors (``arl.utils.live_bytes``) instead of
+    RSS: the weights and the reference from their storages, the update as the peak of the storages the
+    iterations' operators created and held at once. The same numbers on every machine; runs in this process."""
+    from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
+
+    module, loader, trainer, by, plan = build_update(model, tokens, row, checkpointing, iters)
+    held = [*module.policy.parameters(), *module.policy.buffers(), *module.reference.parameters(),
+            *module.reference.buffers()]
+    weights = storage_bytes(held)
+    with LiveTensorBytes() as counter:
+        fit(trainer, module, loader)
+    return {
+        "steps": int(module.optimizer_steps_total), "ops": counter.ops,
+        "counted": {"weights + reference": weights, "update": counter.peak_bytes,
+                    "trainer total": weights + counter.peak_bytes},
+        "planned": planned_parts(by, plan),
     }
 
 
@@ -244,16 +282,18 @@ def run_child(args: list[str], timeout: int = 1800) -> dict:
 
 
 def measure_config(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2) -> dict:
-    """One configuration measured in a fresh subprocess (see the module docstring)."""
-    return run_child(["--child", json.dumps([model, tokens, row, checkpointing, iters])])
+    """One configuration measured in a fresh subprocess (see the module docstring), RSS and counted."""
+    args = json.dumps([model, tokens, row, checkpointing, iters])
+    return {**run_child(["--child", args]), "counted": run_child(["--count", args])["counted"]}
 
 
 def table(rows: list[tuple[str, dict]]) -> str:
-    lines = ["| configuration | part | planned MiB | measured MiB | measured / planned |", "|---|---|---:|---:|---:|"]
+    lines = ["| configuration | part | planned MiB | RSS MiB | RSS / planned | counted MiB | counted / planned |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for name, r in rows:
         for part in ("weights + reference", "update", "trainer total"):
-            p, m = r["planned"][part], r["measured"][part]
-            lines.append(f"| {name} | {part} | {p / MIB:,.0f} | {m / MIB:,.0f} | {m / p:.2f} |")
+            p, m, c = r["planned"][part], r["measured"][part], r["counted"][part]
+            lines.append(f"| {name} | {part} | {p / MIB:,.0f} | {m / MIB:,.0f} | {m / p:.2f} | {c / MIB:,.0f} | {c / p:.2f} |")
     return "\n".join(lines)
 
 
@@ -263,10 +303,11 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=2, help="RL iterations per configuration (AdamW's state exists from the 2nd)")
     ap.add_argument("--logits", action="store_true", help="measure the fp32 copies of the logits at the scoring peak")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--count", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.child:
-        model, tokens, row, ckpt, iters = json.loads(args.child)
-        print(json.dumps(measure(model, tokens, row, ckpt, iters)))
+    if args.child or args.count:
+        model, tokens, row, ckpt, iters = json.loads(args.child or args.count)
+        print(json.dumps((measure if args.child else count)(model, tokens, row, ckpt, iters)))
         return
     if args.logits:
         if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # re-run under the allocator setting that makes RSS follow the tensors

@@ -135,7 +135,12 @@ def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
     from arl.utils.fsdp import fully_shard_model
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    if "MASTER_PORT" not in os.environ:  # a port no other process (a parallel test worker) holds
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
         torch.manual_seed(0)

@@ -1,5 +1,6 @@
 """``src/plan.py`` end to end (a subprocess with this venv's python, no GPU), ``src/train.py``'s
-start-up check, and the plan against memory measured by ``bench/memory_plan.py``."""
+start-up check, and the plan against the bytes a real update allocates (counted from its tensors, the same
+on every machine; the RSS measurement of ``bench/memory_plan.py`` is in the slow tests)."""
 
 from __future__ import annotations
 
@@ -84,22 +85,43 @@ def test_the_start_up_check_stops_a_gpu_run_that_does_not_fit(monkeypatch):
 # --------------------------------------------------------------------------- measured against planned
 
 
-def _measured(model: str, tokens: int, checkpointing: bool) -> dict:
+def _bench():
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import memory_plan as bench
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    return bench.measure_config(model, tokens, 128, checkpointing)
+    return bench
 
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
-def test_the_tiny_models_update_is_within_20_percent_of_the_plan(checkpointing):
-    """Peak RSS of two real RL iterations (two micro-batches of 8192 tokens a step) above the
-    process before the model was loaded, against the plan's trainer part (bench/memory_plan.py)."""
-    r = _measured("tiny", 8192, checkpointing)
+def test_the_tiny_models_update_allocates_what_the_plan_says(checkpointing):
+    """Two real RL iterations (two micro-batches of 8192 tokens a step) with the bytes counted from the
+    tensors (arl.utils.live_bytes: the same count on any machine): the weights and reference are the plan's
+    parameters plus the model's buffers, and the update's peak of live tensor storages lies within the plan,
+    at most 10 % below it (the plan rounds each part up: 0.98 plain, 0.91 checkpointed when written)."""
+    r = _bench().count("tiny", 8192, 128, checkpointing)
     assert r["steps"] == 2
+    from arl.models.loading import load_policy
+    from arl.run.builders import tiny_model
+    from arl.utils.live_bytes import storage_bytes
+
+    policy, _ = load_policy(tiny_model())
+    buffers = storage_bytes(policy.buffers())
+    assert r["counted"]["weights + reference"] == r["planned"]["weights + reference"] + 2 * buffers, r
+    ratio = r["counted"]["update"] / r["planned"]["update"]
+    assert 0.85 <= ratio <= 1.0, r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
+def test_the_tiny_models_resident_memory_is_within_20_percent_of_the_plan(checkpointing):
+    """Peak RSS of two real RL iterations above the process before the model was loaded, against the plan's
+    trainer part (bench/memory_plan.py). Machine-dependent (1.00-1.05 on one 2-core machine, 1.21 on another
+    with AVX-512): slow only, the default suite checks the count above."""
+    r = _bench().measure_config("tiny", 8192, 128, checkpointing)
     ratio = r["measured"]["trainer total"] / r["planned"]["trainer total"]
+    print(f"RSS / plan: {ratio:.3f}; counted / plan: {r['counted']['trainer total'] / r['planned']['trainer total']:.3f}")
     assert 0.8 <= ratio <= 1.2, r
 
 
@@ -107,6 +129,8 @@ def test_the_tiny_models_update_is_within_20_percent_of_the_plan(checkpointing):
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_smollm2s_update_is_within_20_percent_of_the_plan(checkpointing):
-    r = _measured("smollm2_135m", 1024, checkpointing)
+    r = _bench().measure_config("smollm2_135m", 1024, 128, checkpointing)
     for part in ("weights + reference", "update", "trainer total"):
+        print(f"{part}: RSS / plan {r['measured'][part] / r['planned'][part]:.3f}, "
+              f"counted / plan {r['counted'][part] / r['planned'][part]:.3f}")
         assert 0.8 <= r["measured"][part] / r["planned"][part] <= 1.2, (part, r)

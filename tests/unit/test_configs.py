@@ -2,7 +2,6 @@
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -313,20 +312,17 @@ def test_bad_values_name_the_key(override, key):
         ("algo.advantage.name=nope", ["grpo", "gigpo", "rloo"]),
     ],
 )
-def test_cli_stops_fast_before_loading_a_model(tmp_path, override, must_list):
-    t0 = time.perf_counter()
+def test_cli_stops_before_loading_a_model(tmp_path, override, must_list):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "src" / "train.py"), override, f"paths.log_dir={tmp_path}"],
         capture_output=True, text=True, timeout=120, env={**__import__("os").environ, "ARL_CACHE": str(tmp_path / "cache")},
     )
-    elapsed = time.perf_counter() - t0
     assert proc.returncode == 2, proc.stderr[-2000:]
     msg = proc.stderr
     assert override.split("=")[0] in msg
     for name in must_list:
         assert name in msg
     assert not (tmp_path / "cache").exists(), "a model was built before validation"
-    assert elapsed < 60
 
 
 def test_seeds_search_is_a_multirun_over_seeds():

@@ -18,7 +18,7 @@ import json
 import logging
 from pathlib import Path
 
-from arl.models.folders import save_folder_atomically
+from arl.models.folders import build_once, save_folder_atomically
 from arl.models.tiny import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -109,9 +109,8 @@ def cached_gguf_folder(gguf_path: Path, prefix: str, cache_dir: str | Path | Non
     key = hashlib.sha256(blob.encode()).hexdigest()[:16]
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     out = root / f"{prefix}-{key}"
-    if (out / "config.json").exists() and (out / "arl_source.json").exists():
-        return out
-    return convert_gguf(gguf_path, out, chat_template=chat_template)
+    return build_once(out, lambda f: (f / "config.json").exists() and (f / "arl_source.json").exists(),
+                      lambda: convert_gguf(gguf_path, out, chat_template=chat_template))
 
 
 def ensure_smollm2(cache_dir: str | Path | None = None, gguf_file: str | None = None) -> Path:

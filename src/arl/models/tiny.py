@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from arl.models.folders import save_folder_atomically
+from arl.models.folders import build_once, save_folder_atomically
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,11 @@ def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = No
     digest = hashlib.sha256("\n\x00".join(corpus).encode()).hexdigest()
     root = Path(cache_dir) if cache_dir else default_cache_dir()
     out = root / f"tiny-{_cache_key(cfg, digest)}"
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
-        return out
-    log.info("building the embedded tiny model in %s", out)
-    tokenizer = train_tokenizer(corpus, cfg.vocab_size)
-    model = build_model(cfg, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    return save_folder_atomically(out, model, tokenizer, "arl_tiny.json", asdict(cfg), prefix=".building-")
+
+    def build() -> Path:
+        log.info("building the embedded tiny model in %s", out)
+        tokenizer = train_tokenizer(corpus, cfg.vocab_size)
+        model = build_model(cfg, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+        return save_folder_atomically(out, model, tokenizer, "arl_tiny.json", asdict(cfg), prefix=".building-")
+
+    return build_once(out, lambda f: (f / "config.json").exists() and (f / "model.safetensors").exists(), build)

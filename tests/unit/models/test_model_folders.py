@@ -34,3 +34,42 @@ def test_a_failed_save_leaves_the_old_folder_and_no_temporary_one(tiny, tmp_path
     with pytest.raises(OSError, match="No space left"):
         save_folder_atomically(out, model, _FullDisk(), "meta.json", {}, prefix=".tmp-")
     assert (out / "config.json").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def _race_builder(out: str, log: str, barrier_dir: str) -> None:
+    """A process asking for the cached folder ``out`` (run by multiprocessing)."""
+    import os
+    import time
+    from pathlib import Path
+
+    from arl.models.folders import build_once
+
+    Path(barrier_dir, str(os.getpid())).touch()
+    while len(os.listdir(barrier_dir)) < 4:  # all four ask at once
+        time.sleep(0.01)
+
+    def build():
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.3)  # a slow build: the others arrive while it runs
+        Path(out).mkdir()
+        Path(out, "done").write_text("x")
+        return Path(out)
+
+    assert build_once(Path(out), lambda f: (f / "done").exists(), build) == Path(out)
+    assert Path(out, "done").read_text() == "x"
+
+
+def test_processes_asking_at_once_build_the_folder_once(tmp_path):
+    import multiprocessing as mp
+
+    (tmp_path / "barrier").mkdir()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_race_builder, args=(str(tmp_path / "model"), str(tmp_path / "log"),
+                                                     str(tmp_path / "barrier"))) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    assert len((tmp_path / "log").read_text().split()) == 1  # one process built it, three reused it
