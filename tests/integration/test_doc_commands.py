@@ -540,8 +540,8 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     start's record and hash, the report) that ``ARCHIVE`` asks for."""
     import yaml
 
-    out, archive = tmp_path / "math", tmp_path / "archive"
-    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
+    out, archive, start = tmp_path / "math", tmp_path / "archive", tmp_path / "committed" / "bc_policy_hf"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "START": str(start), "SEEDS": "1", "ITERS": "1",
            "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1",
            "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_study.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -553,6 +553,15 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     rl = yaml.safe_load((out / "rl" / "grpo_seed1" / ".hydra" / "config.yaml").read_text())
     assert rl["env"]["kwargs"]["templates"] == ["linear_equation", "linear_system"]
     assert rl["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve()) and rl["threads"] == 1
+    assert rl["rl"]["optimizer"]["lr"] == 1e-5  # debug=cpu_small's math recipe
+    # the start is kept to be committed (START), and a later study starts from those bytes without a BC run
+    assert (start / "model.safetensors").read_bytes() == (out / "bc" / "bc_policy_hf" / "model.safetensors").read_bytes()
+    again = subprocess.run(["bash", str(ROOT / "scripts" / "math_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "OUT": str(tmp_path / "again"), "ARCHIVE": "", "METHODS": "grpo"}, timeout=900)
+    assert again.returncode == 0 and "the committed BC start" in again.stdout, again.stderr[-3000:]
+    assert not (tmp_path / "again" / "bc").exists()
+    again_cfg = yaml.safe_load((tmp_path / "again" / "rl" / "grpo_seed1" / ".hydra" / "config.yaml").read_text())
+    assert again_cfg["model"]["init_from"] == str(start.resolve())
     runs = sorted(p.name for p in (archive / "runs").iterdir())
     assert runs == ["grpo_seed1", "sampo_seed1"]
     assert not (archive / "runs" / "grpo_seed1" / "checkpoints").exists()
@@ -573,6 +582,7 @@ def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
     root, archive = tmp_path / "diag", tmp_path / "archive"
     env = {**_env(tmp_path), "PY": PY, "ROOT": str(root), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
            "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1", "BC_SHA256": "",
+           "START": str(tmp_path / "no_committed_start"),
            "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_diagnosis_study.sh")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
