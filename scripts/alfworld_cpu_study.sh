@@ -12,11 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=logs/alfworld_cpu_study}" "${SEEDS:=1,2,3}" "${ITERS:=12}" "${VAL_EVERY:=12}" "${VAL_EPISODES:=96}"
 : "${BC_THREADS:=2}"   # the BC start runs alone: both cores (a rebuild that should give the same bits uses the same count)
+: "${START:=docs/results/alfworld_cpu_study/bc_start/bc_policy_hf}"  # the committed start, when present
 BC_EXPERIMENT=bc_alfworld RL_EXPERIMENT=alfworld
 SETUP="debug=cpu_small env.kwargs.task_types=[pick_and_place_simple,look_at_obj_in_light] env.max_turns=20 env.kwargs.max_steps=20"
 BC_ARGS="bc.episodes=${BC_EPISODES:-800} bc.epochs=${BC_EPOCHS:-3}"
 # 4 groups x 8 games an iteration; SAMPO's DAPO filter from iteration 3 (the official 15 is a tenth of a
 # 150-iteration run; this one has 12)
-RL_ARGS="rollout.groups_per_step=4 algo.filter.cold_start=2"
+RL_ARGS="rollout.groups_per_step=4 algo.filter.cold_start=2 ${ARM:-}"
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

@@ -30,7 +30,8 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
   # a Hydra interpolation) BC BC_SHA256 ARCHIVE START (a committed bc_policy_hf folder: the start when it holds
   # weights and BC is unset; when it does not, the study's start is copied there to be committed). With one
-  # method in METHODS, the report gives its gain.
+  # method in METHODS, the report gives its gain. REPORT=calibration: the calibration table instead (one row per
+  # setting of a grid, scripts/calibrate.sh).
   : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
   : "${SETUP:=debug=cpu_small}" "${BC_ARGS:=}" "${RL_ARGS:=}" "${EXTRA:=}"
   # shellcheck disable=SC2016  # a Hydra interpolation, not a shell one
@@ -71,6 +72,15 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     rollout.val_episodes="$VAL_EPISODES" threads="$RL_THREADS" "hydra.sweep.dir='$OUT/rl'" \
     "hydra.sweep.subdir=$SUBDIR" ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
     { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
+  if [ "${REPORT:-contrasts}" = calibration ]; then  # a grid (scripts/calibrate.sh): one row per setting
+    "$PY" src/report.py calibration "$OUT/rl"
+    if [ -n "${ARCHIVE:-}" ]; then
+      bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"
+      "$PY" src/report.py calibration "$ARCHIVE/runs" --out "$ARCHIVE" > /dev/null
+      echo "study: archived in $ARCHIVE (runs/, calibration.md)"
+    fi
+    return 0
+  fi
   local first=${METHODS%%,*} rest=${METHODS#*,}
   # the difference of the first two methods, then each one's own value per seed (its gain over the start)
   local contrasts=(--contrast "algo=$first - algo=${rest%%,*}" --contrast "algo=$first" --contrast "algo=${rest%%,*}")

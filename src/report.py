@@ -6,6 +6,7 @@
     python src/report.py findings                  # the generated blocks of docs/results.md and README.md, printed
     python src/report.py findings --write          # ... written into the pages, between their markers
     python src/report.py findings --check          # exit 1 naming every number a page has that the archives do not give
+    python src/report.py calibration <folder>      # a calibration grid's table (scripts/calibrate.sh), best setting named
 
 Prints the table; see ``arl.analysis.report`` for what each column means and ``arl.analysis.findings``
 for the findings (spec: docs/results/findings.yaml). A multirun folder named ``findings`` is ``./findings``.
@@ -61,10 +62,30 @@ def findings_main(argv: list[str]) -> int:
         return 2
 
 
+def calibration_main(argv: list[str]) -> int:
+    from arl.analysis.calibration import write_calibration
+
+    ap = argparse.ArgumentParser(prog="report.py calibration",
+                                 description="the calibration table of a grid of RL runs from one start")
+    ap.add_argument("multirun", type=Path, help="the grid's multirun folder (scripts/calibrate.sh: <OUT>/rl)")
+    ap.add_argument("--out", type=Path, default=None, help="folder of calibration.md (default: the multirun folder)")
+    args = ap.parse_args(argv)
+    try:
+        path = write_calibration(args.multirun, args.out)
+    except (FileNotFoundError, ValueError) as err:
+        print(f"report calibration: {err}", file=sys.stderr)
+        return 2
+    print(path.read_text())
+    print(f"calibration written to {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["findings"]:
         return findings_main(argv[1:])
+    if argv[:1] == ["calibration"]:
+        return calibration_main(argv[1:])
     from arl.analysis.report import write_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

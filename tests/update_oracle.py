@@ -133,6 +133,7 @@ def turn_advantages(episodes: list[Episode], advantage: dict, rewards: dict | No
     rewards are the episodes' own unless ``rewards`` gives others (the KL-shaped ones)."""
     penalty = float(advantage["invalid_penalty"])
     name = advantage["name"]
+    assert advantage.get("penalty_only_groups", "normalise") == "normalise", "the oracle covers the official treatment"
     eps = 1e-6
     reward = rewards or {(ep.episode_id, k): t.reward for ep in episodes for k, t in enumerate(ep.turns)}
     turns = [(ep, k, t) for ep in episodes for k, t in enumerate(ep.turns)]

@@ -121,6 +121,9 @@ SKIPPED = (
     ("bash scripts/math_study.sh", "run shortened by test_math_study_runs_shortened_and_archives"),
     ("bash scripts/alfworld_cpu_study.sh", "run shortened by test_alfworld_cpu_study_runs_shortened"),
     ("bash scripts/math_diagnosis_study.sh", "run shortened by test_math_diagnosis_study_runs_shortened_and_archives"),
+    ("bash scripts/math_confirmation_study.sh", "math_study.sh with its seeds and start (run shortened by its test)"),
+    ("bash scripts/sokoban_rl_study.sh", "run shortened by test_calibration_and_sokoban_study_run_shortened"),
+    ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
@@ -597,6 +600,36 @@ def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
     report = (archive / "report.md").read_text()
     diff = "`rl.optimizer.lr=1e-05,rollout.temperature=1.0 - rl.optimizer.lr=0.0001,rollout.temperature=1.0` | 1 |"
     assert diff in report and "no setting named" not in report
+
+
+def test_calibration_and_sokoban_study_run_shortened(tmp_path):
+    """``scripts/calibrate.sh`` on Sokoban shortened: a BC start (copied to a temporary START), a grid of two lrs
+    x two penalties on one selection seed from it, run folders named by the grid's keys, the calibration table
+    with one row per setting naming the best, and its archive."""
+    import yaml
+
+    out, archive, start = tmp_path / "cal", tmp_path / "archive", tmp_path / "committed" / "bc_policy_hf"
+    env = {**_env(tmp_path), "PY": PY, "ENV": "sokoban", "OUT": str(out), "ARCHIVE": str(archive), "START": str(start),
+           "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "2",
+           "GRID": "rl.optimizer.lr=1e-4,1e-5 algo.advantage.invalid_penalty=-0.1,0",
+           "EXTRA": "bc.episodes=8 bc.epochs=1 bc.bootstrap.enabled=false rollout.groups_per_step=2 "
+                    "rollout.group_size=2"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "calibrate.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    runs = sorted(p.name for p in (out / "rl").iterdir() if p.is_dir())
+    assert runs == ["sampo_lr0.0001_invalid_penalty-0.1_seed1", "sampo_lr0.0001_invalid_penalty0_seed1",
+                    "sampo_lr1e-05_invalid_penalty-0.1_seed1", "sampo_lr1e-05_invalid_penalty0_seed1"], runs
+    cfg = yaml.safe_load((out / "rl" / runs[-1] / ".hydra" / "config.yaml").read_text())
+    assert cfg["rl"]["optimizer"]["lr"] == 1e-5 and cfg["algo"]["advantage"]["invalid_penalty"] == 0
+    assert cfg["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve()) and (start / "model.safetensors").exists()
+    table = (archive / "calibration.md").read_text()
+    assert table.count("| `rl.optimizer.lr=") == 4 and "best setting: `" in table
+    assert "| `rl.optimizer.lr=1e-05,algo.advantage.invalid_penalty=0` | 1 |" in table
+    assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
+    bad = subprocess.run(["bash", str(ROOT / "scripts" / "calibrate.sh")], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "ENV": "webshop"}, timeout=60)
+    assert bad.returncode == 2 and "no study to calibrate from" in bad.stderr
 
 
 @pytest.mark.slow  # test_alfworld_study_runs_shortened runs the same rl_study on the real engine in the default suite

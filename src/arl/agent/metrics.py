@@ -14,7 +14,8 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> Me
     with how it combines over ranks: ``env_errors`` adds up (episodes with an environment error
     count there only); episode means are weighted by the episodes without an error, turn means
     (``valid_action_ratio``, ``response_len_mean``, ``truncated_ratio``) by their turns,
-    ``success_rate/<type>`` by that type's episodes; ``response_len_max`` is a max.
+    ``success_rate/<type>`` by that type's episodes; ``response_len_max`` is a max; the group
+    shares (``same_outcome_groups``, ``failed_groups``) by the groups of two episodes or more.
     """
     good = [e for e in episodes if not e.env_error]
     turns = [t for e in good for t in e.turns]
@@ -31,6 +32,7 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/") -> Me
         out.mean(f"{prefix}response_len_mean", sum(lens) / len(lens), len(turns))
         out.max(f"{prefix}response_len_max", max(lens))
         out.mean(f"{prefix}truncated_ratio", sum(t.truncated for t in turns) / len(turns), len(turns))
+    _group_outcomes(good, prefix, out)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for e in good:
         counts[e.task_type][0] += int(e.won)
@@ -55,3 +57,19 @@ def success_by_type(counts: Iterable[Mapping[str, Sequence[int]]], prefix: str =
     if len(totals) < 2:
         return {}
     return {f"{prefix}success_rate/{t}": won / played for t, (won, played) in sorted(totals.items()) if played}
+
+
+def _group_outcomes(episodes: Sequence[Episode], prefix: str, out: Metrics) -> None:
+    """``same_outcome_groups``: the share of groups (two episodes or more) whose episodes all won or all
+    lost, the groups whose advantages come only from what differs besides success (the invalid-action
+    penalty, a step's own reward); ``failed_groups``: the share where none won. A group's episodes are on
+    one rank (the DataModule splits the batch by groups), so the per-rank shares combine exactly."""
+    groups: dict[object, list[bool]] = defaultdict(list)
+    for e in episodes:
+        group = getattr(e, "group_id", None)
+        if group is not None:
+            groups[group].append(bool(e.won))
+    sized = [won for won in groups.values() if len(won) >= 2]
+    if sized:
+        out.mean(f"{prefix}same_outcome_groups", sum(len(set(w)) == 1 for w in sized) / len(sized), len(sized))
+        out.mean(f"{prefix}failed_groups", sum(not any(w) for w in sized) / len(sized), len(sized))

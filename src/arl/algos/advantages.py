@@ -14,6 +14,12 @@ within a group. The episode return is the undiscounted sum of its raw rewards. T
 enters once: an invalid turn gets ``invalid_penalty`` added to its own score and its own step
 return (not discounted back to earlier turns).
 
+A *penalty-only* group has two episodes or more whose returns are all equal (all failed, or all won
+alike): its turn scores differ only by the penalty. ``penalty_only_groups`` says how GRPO and GiGPO
+treat it: ``normalise`` as any other group (the official code: divided by the group's std, a -0.1
+penalty becomes a unit-size advantage), ``center`` subtracts the group mean without dividing by
+a std (the penalty keeps its own size), ``zero`` gives its turns no advantage (both GiGPO parts).
+
 One registered function per estimator, all with the same keyword-only signature::
 
     get(name)(step_rewards=, episode_ids=, turn_idx=, group_ids=, anchor_keys=, valid=, **settings)
@@ -43,6 +49,9 @@ if TYPE_CHECKING:  # the schema imports this module for the registry's names
     from arl.algos.schema import AdvantageConfig
 
 NORM_MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
+#: how a group whose episodes' returns are all equal (its scores differ only by invalid-action penalties) is
+#: normalised: as any other group (the official code), centred without dividing by its std, or not at all
+PENALTY_ONLY_MODES: tuple[str, ...] = ("normalise", "center", "zero")
 
 #: the tensor inputs of a turn-level estimator
 DATA_KEYS: tuple[str, ...] = (
@@ -236,6 +245,29 @@ class _Turns:
         self.returns = _segment_sum(self.rewards, self.episode_index, self.num_episodes)
         self.scores = _gather(self.returns, self.episode_index) + self.penalty
 
+    def penalty_only(self) -> Tensor:
+        """(num_groups,) bool: groups of two episodes or more whose episode returns are all equal."""
+        group = self.episode_group
+        high = self.returns.new_full((self.num_groups,), -torch.inf).scatter_reduce(0, group, self.returns, "amax")
+        low = self.returns.new_full((self.num_groups,), torch.inf).scatter_reduce(0, group, self.returns, "amin")
+        episodes = torch.bincount(group, minlength=self.num_groups)
+        return (episodes >= 2) & (high == low)
+
+
+def _check_penalty_only(mode: str) -> None:
+    if mode not in PENALTY_ONLY_MODES:
+        raise ValueError(f"unknown penalty_only_groups {mode!r}; valid: {', '.join(PENALTY_ONLY_MODES)}")
+
+
+def _treat_penalty_only(adv: Tensor, turns: _Turns, mode: str, centred: Tensor | None = None) -> Tensor:
+    """``adv`` (N,) with the turns of penalty-only groups set as ``mode`` says: ``zero`` -> 0; ``center`` ->
+    ``centred`` (the same turns' mean-subtracted values, no std division); ``normalise`` -> unchanged."""
+    if mode == "normalise":
+        return adv
+    mask = _gather(turns.penalty_only(), turns.group_index)
+    replacement = torch.zeros_like(adv) if mode == "zero" else centred
+    return torch.where(mask, replacement, adv)
+
 
 def gigpo_parts(
     *,
@@ -248,6 +280,7 @@ def gigpo_parts(
     gamma: float,
     norm: str,
     invalid_penalty: float,
+    penalty_only_groups: str,
     eps: float,
 ) -> tuple[Tensor, Tensor]:
     """GiGPO's two parts, (A_E, A_S) in float64, as :func:`gigpo` defines them; ``gigpo`` returns
@@ -264,6 +297,7 @@ def gigpo_parts(
         valid=valid,
     )
     _check_norm(norm)
+    _check_penalty_only(penalty_only_groups)
     if n == 0:
         empty = step_rewards.new_zeros(0, dtype=torch.float64)
         return empty, empty
@@ -273,6 +307,11 @@ def gigpo_parts(
 
     # episode part: GRPO over the turn scores of the group (cross-step statistics)
     episode_adv = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps)
+    if by_std and penalty_only_groups == "center":
+        centred = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, False, eps)
+    else:
+        centred = episode_adv
+    episode_adv = _treat_penalty_only(episode_adv, turns, penalty_only_groups, centred)
 
     # step part: discounted return (+ own penalty) relative to its anchor-state cluster
     returns = (
@@ -280,11 +319,12 @@ def gigpo_parts(
     )
     cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
     count, mean = _group_mean(returns, cluster_index, num_clusters)
-    step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
+    centred = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
+    step_adv = centred
     if by_std:
         std = _group_std(returns, cluster_index, count, mean)
-        step_adv = step_adv / (_gather(std, cluster_index) + eps)  # a cluster of one: 0 / eps
-    return episode_adv, step_adv
+        step_adv = centred / (_gather(std, cluster_index) + eps)  # a cluster of one: 0 / eps
+    return episode_adv, _treat_penalty_only(step_adv, turns, penalty_only_groups, centred)
 
 
 def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
@@ -318,6 +358,7 @@ def grpo(
     norm_by_std: bool,
     cross_steps: bool,
     invalid_penalty: float,
+    penalty_only_groups: str,
     eps: float,
 ) -> Tensor:
     """GRPO group-normalised advantage (Shao et al., DeepSeekMath 2024) on turn samples.
@@ -328,11 +369,13 @@ def grpo(
     ``cross_steps=True``: mean/std over all turn samples of the group (long episodes weigh more,
     as the official GiGPO/verl-agent code); ``False``: over one return per episode (raw, no
     penalty), then applied to each turn's score. With one turn per episode this is the
-    single-turn GRPO of the scores. ``turn_idx`` and ``anchor_keys`` are unused.
+    single-turn GRPO of the scores. Penalty-only groups as ``penalty_only_groups`` says (module
+    docstring). ``turn_idx`` and ``anchor_keys`` are unused.
 
     Shapes: all inputs (N,) -> (N,).
     """
     del turn_idx, anchor_keys
+    _check_penalty_only(penalty_only_groups)
     if _check_1d(step_rewards=step_rewards, episode_ids=episode_ids, group_ids=group_ids, valid=valid) == 0:
         return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards))
     turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
@@ -340,8 +383,10 @@ def grpo(
         stat_values, stat_group = turns.scores, turns.group_index
     else:
         stat_values, stat_group = turns.returns, turns.episode_group
-    adv = _group_normalise(turns.scores, turns.group_index, stat_values, stat_group, turns.num_groups, norm_by_std, eps)
-    return adv.to(_out_dtype(step_rewards))
+    args = (turns.scores, turns.group_index, stat_values, stat_group, turns.num_groups)
+    adv = _group_normalise(*args, norm_by_std, eps)
+    centred = _group_normalise(*args, False, eps) if norm_by_std and penalty_only_groups == "center" else adv
+    return _treat_penalty_only(adv, turns, penalty_only_groups, centred).to(_out_dtype(step_rewards))
 
 
 @ESTIMATORS.register("rloo")
@@ -401,6 +446,7 @@ def gigpo(
     step_weight: float,
     norm: str,
     invalid_penalty: float,
+    penalty_only_groups: str,
     eps: float,
 ) -> Tensor:
     """GiGPO advantage, SAMPO's advantage (Feng et al. 2025, "Group-in-Group Policy Optimization").
@@ -412,13 +458,15 @@ def gigpo(
       on invalid turns; turns of one group whose anchor keys are equal form a cluster (never across
       groups); A_S = R_t - mean(R over the cluster) (``mean_std_norm``: / (std + eps)); a cluster of
       one gets A_S = 0;
-    - A = A_E + step_weight * A_S.
+    - A = A_E + step_weight * A_S; penalty-only groups as ``penalty_only_groups`` says (module
+      docstring: ``center`` keeps both parts undivided, ``zero`` sets both to 0).
 
     The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> (N,).
     """
     episode_adv, step_adv = gigpo_parts(
         step_rewards=step_rewards, episode_ids=episode_ids, turn_idx=turn_idx, group_ids=group_ids,
-        anchor_keys=anchor_keys, valid=valid, gamma=gamma, norm=norm, invalid_penalty=invalid_penalty, eps=eps,
+        anchor_keys=anchor_keys, valid=valid, gamma=gamma, norm=norm, invalid_penalty=invalid_penalty,
+        penalty_only_groups=penalty_only_groups, eps=eps,
     )  # fmt: skip
     return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
 

@@ -101,6 +101,12 @@ class AdvantageConfig:
     invalid_penalty: float = setting(
         -0.1, "added to the score and step return of a turn whose action did not parse", number(None, 0.0)
     )
+    penalty_only_groups: str = setting(
+        "normalise",
+        "grpo/gigpo: a group whose episode returns are all equal (scores differ only by the penalty): normalise "
+        "(as any group, the official code) | center (no std division) | zero (no advantage)",
+        one_of(lambda: advantages.PENALTY_ONLY_MODES),
+    )
     eps: float = setting(
         1.0e-6, "grpo/gigpo: added to a std before dividing by it (the official 1e-6)", number(0.0, low_open=True)
     )

@@ -326,7 +326,7 @@ class AgenticRLModule(LightningModule):
         _, step_adv = advantages.gigpo_parts(
             step_rewards=step_rewards, episode_ids=table["episode_id"], turn_idx=table["turn"], group_ids=table["group_id"],
             anchor_keys=table["anchor_key"], valid=table["valid"], gamma=cfg.gamma, norm=cfg.norm,
-            invalid_penalty=cfg.invalid_penalty, eps=cfg.eps,
+            invalid_penalty=cfg.invalid_penalty, penalty_only_groups=cfg.penalty_only_groups, eps=cfg.eps,
         )  # fmt: skip
         return float((cfg.step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
 

@@ -48,7 +48,8 @@ def gigpo(**kw):
 def gigpo_parts(**kw):
     data = {key: kw.pop(key) for key in DATA_KEYS}
     cfg = replace(AdvantageConfig(), **kw)
-    return advantages.gigpo_parts(**data, gamma=cfg.gamma, norm=cfg.norm, invalid_penalty=cfg.invalid_penalty, eps=cfg.eps)
+    return advantages.gigpo_parts(**data, gamma=cfg.gamma, norm=cfg.norm, invalid_penalty=cfg.invalid_penalty,
+                                  penalty_only_groups=cfg.penalty_only_groups, eps=cfg.eps)
 
 
 def t(values, dtype=F64) -> torch.Tensor:
@@ -207,12 +208,14 @@ def test_estimator_kwargs() -> None:
         "step_weight": 1.0,
         "norm": "mean_norm",
         "invalid_penalty": -0.1,
+        "penalty_only_groups": "normalise",
         "eps": 1e-6,
     }
     assert advantages.estimator_kwargs(replace(cfg, name="grpo")) == {
         "norm_by_std": True,
         "cross_steps": True,
         "invalid_penalty": -0.1,
+        "penalty_only_groups": "normalise",
         "eps": 1e-6,
     }
     assert advantages.estimator_kwargs(replace(cfg, name="rloo")) == {"cross_steps": True, "invalid_penalty": -0.1}
@@ -368,3 +371,52 @@ def test_shared_anchor_fraction_is_where_gigpo_step_part_can_be_nonzero(pairs):
                  valid=torch.ones(n, dtype=torch.bool), gamma=1.0)
     step = gigpo(**turns, step_weight=1.0) - gigpo(**turns, step_weight=0.0)
     assert float((step.abs() > 1e-9).double().mean()) <= frac + 1e-12
+
+
+# -------------------------------------------------------------------------------- penalty-only groups
+# group 0: two failed episodes, the first with an invalid turn (scores 0 - 0.1 and 0, 0): penalty-only;
+# group 1: a won (1, 1) and a failed episode (0): returns differ
+PENALTY_CASE = {
+    "step_rewards": t([0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.0]),
+    "episode_ids": torch.tensor([0, 0, 1, 1, 2, 2, 3]),
+    "turn_idx": torch.tensor([0, 1, 0, 1, 0, 1, 0]),
+    "group_ids": torch.tensor([0, 0, 0, 0, 1, 1, 1]),
+    "anchor_keys": torch.tensor([7, 8, 7, 8, 5, 6, 5]),
+    "valid": torch.tensor([False, True, True, True, True, True, True]),
+}
+
+
+def test_grpo_penalty_only_groups_by_hand() -> None:
+    """Group 0's scores (-0.1, 0, 0, 0): mean -0.025, unbiased std 0.05 -> normalise gives (-1.5, 0.5, 0.5, 0.5);
+    center gives (-0.075, 0.025, 0.025, 0.025); zero gives 0. Group 1 (scores 1, 1, 0) is the same in every mode."""
+    normal = estimate("grpo", PENALTY_CASE)
+    centre = estimate("grpo", PENALTY_CASE, penalty_only_groups="center")
+    zero = estimate("grpo", PENALTY_CASE, penalty_only_groups="zero")
+    torch.testing.assert_close(normal[:4], t([-1.5, 0.5, 0.5, 0.5]) / (1 + 2e-5), atol=1e-6, rtol=0)
+    torch.testing.assert_close(centre[:4], t([-0.075, 0.025, 0.025, 0.025]), atol=1e-12, rtol=0)
+    torch.testing.assert_close(zero[:4], t([0.0, 0.0, 0.0, 0.0]), atol=0, rtol=0)
+    for other in (centre, zero):
+        torch.testing.assert_close(other[4:], normal[4:], atol=0, rtol=0)
+
+
+def test_gigpo_penalty_only_groups_by_hand() -> None:
+    """mean_std_norm: group 0's episode part as GRPO's above; its step part: anchors 7 (step returns -0.1, 0: mean
+    -0.05, std 0.0707; turns 0 and 2) and 8 (0, 0): normalise (-0.707, 0, +0.707, 0), center (-0.05, 0, +0.05, 0),
+    zero 0."""
+    kw = {"norm": "mean_std_norm", "gamma": 1.0}
+    e_n, s_n = gigpo_parts(**PENALTY_CASE, **kw)
+    e_c, s_c = gigpo_parts(**PENALTY_CASE, **kw, penalty_only_groups="center")
+    e_z, s_z = gigpo_parts(**PENALTY_CASE, **kw, penalty_only_groups="zero")
+    torch.testing.assert_close(s_n[:4], t([-(0.5**0.5), 0.0, 0.5**0.5, 0.0]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(s_c[:4], t([-0.05, 0.0, 0.05, 0.0]), atol=1e-12, rtol=0)
+    torch.testing.assert_close(e_c[:4], t([-0.075, 0.025, 0.025, 0.025]), atol=1e-12, rtol=0)
+    assert not e_z[:4].any() and not s_z[:4].any()
+    for e, st_ in ((e_c, s_c), (e_z, s_z)):
+        torch.testing.assert_close(e[4:], e_n[4:], atol=0, rtol=0)
+        torch.testing.assert_close(st_[4:], s_n[4:], atol=0, rtol=0)
+
+
+def test_an_unknown_penalty_only_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="valid: normalise, center, zero"):
+        advantages.grpo(**PENALTY_CASE, norm_by_std=True, cross_steps=True, invalid_penalty=-0.1,
+                        penalty_only_groups="ignore", eps=1e-6)

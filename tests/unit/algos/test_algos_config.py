@@ -207,6 +207,7 @@ def test_sampo_preset_values() -> None:
         "step_weight": 1.0,
         "norm": "mean_norm",
         "invalid_penalty": -0.1,
+        "penalty_only_groups": "normalise",
         "eps": 1e-6,
     }
 

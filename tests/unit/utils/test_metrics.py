@@ -62,8 +62,8 @@ def test_metrics_is_a_mapping_that_keeps_its_rules():
     assert back == m and all(back.rule(k) == m.rule(k) for k in m)
 
 
-def _episode(won: bool, turns: list[tuple[bool, int, bool]], task_type: str, env_error: bool) -> Episode:
-    ep = Episode(group_id=0, episode_id=0, seed=0, env_name="e", task_type=task_type, won=won, env_error=env_error)
+def _episode(won: bool, turns: list[tuple[bool, int, bool]], task_type: str, env_error: bool, group: int = 0) -> Episode:
+    ep = Episode(group_id=group, episode_id=0, seed=0, env_name="e", task_type=task_type, won=won, env_error=env_error)
     for valid, length, truncated in turns:
         ep.turns.append(Turn(prompt_ids=[0], response_ids=[1] * length, rollout_log_probs=[0.0] * length,
                              response_text="", action="", valid=valid, reason="", reward=float(valid), done=False,
@@ -73,7 +73,7 @@ def _episode(won: bool, turns: list[tuple[bool, int, bool]], task_type: str, env
 
 _episodes = st.lists(
     st.builds(_episode, st.booleans(), st.lists(st.tuples(st.booleans(), st.integers(0, 9), st.booleans()), max_size=4),
-              st.sampled_from(["a", "b", "c"]), st.sampled_from([False, False, False, True])),
+              st.sampled_from(["a", "b", "c"]), st.sampled_from([False, False, False, True]), st.integers(0, 2)),
     min_size=1, max_size=12,
 )
 
@@ -81,11 +81,12 @@ _episodes = st.lists(
 @settings(max_examples=150, deadline=None)
 @given(_episodes, st.lists(st.integers(0, 2), min_size=12, max_size=12))
 def test_per_rank_episode_metrics_combine_to_those_of_all_episodes(episodes, ranks):
+    ranks = [ranks[e.group_id] for e in episodes]  # a group's episodes are on one rank, as the DataModule splits
     parts = [episode_metrics([e for e, r in zip(episodes, ranks) if r == rank]) for rank in range(3)]
     out = combine(parts)
     want = episode_metrics(episodes)
     for key in ("success_rate", "return_mean", "episode_len", "valid_action_ratio", "response_len_mean",
-                "truncated_ratio", "response_len_max", "env_errors"):
+                "truncated_ratio", "response_len_max", "env_errors", "same_outcome_groups", "failed_groups"):
         key = f"rollout/{key}"
         assert (key in out) == (key in want), key
         if key in want:
@@ -96,3 +97,14 @@ def test_per_rank_episode_metrics_combine_to_those_of_all_episodes(episodes, ran
     if all(len(t) != 1 for t in types):
         rates = {k: v for k, v in out.items() if k.startswith("rollout/success_rate/")}
         assert rates == pytest.approx({k: v for k, v in want.items() if k.startswith("rollout/success_rate/")})
+
+
+def test_group_outcome_shares_by_hand():
+    """Group 0: won, won (same outcome); group 1: lost, lost, lost (same outcome, failed); group 2: won,
+    lost; group 3 has one episode (not counted); an episode with an env error is left out."""
+    spec = [(0, True), (0, True), (1, False), (1, False), (1, False), (2, True), (2, False), (3, False)]
+    episodes = [_episode(won, [(True, 1, False)], "a", False, group) for group, won in spec]
+    episodes.append(_episode(True, [], "a", True, 1))
+    out = episode_metrics(episodes)
+    assert out["rollout/same_outcome_groups"] == pytest.approx(2 / 3)
+    assert out["rollout/failed_groups"] == pytest.approx(1 / 3)

@@ -1,0 +1,113 @@
+"""The calibration table: short RL runs over a grid of settings from one start, on selection seeds
+(``scripts/calibrate.sh``; ``python src/report.py calibration <folder>``).
+
+For each setting (a run's overrides without the seed), over its seeds:
+
+- **gain over the start**: ``val/success_rate`` at the last validation minus at the first (the start
+  policy), the mean and each seed's value;
+- **final success**: ``val/success_rate`` at the last validation;
+- **peak KL**: the highest ``actor/kl_loss`` (``actor/ppo_kl`` where no KL term is logged) of the run;
+- **valid actions**: ``rollout/valid_action_ratio`` of the training episodes, first and last iteration;
+- **same-outcome groups**: ``rollout/same_outcome_groups``, the share of groups whose episodes all won
+  or all lost (their advantages come only from what differs besides success: the invalid-action
+  penalty, step rewards), mean over the run;
+- **zero advantages**: ``adv/frac_zero``, mean over the run.
+
+The best setting is the one with the highest mean gain (ties: the higher lowest seed). The seeds that
+chose it cannot also confirm it: a confirmation study runs it on fresh seeds.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from arl.analysis.runs import Run, find_runs, kl_tag, seed_of, settings
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    """One setting's calibration figures over its seeds (None where no run logged the tag)."""
+
+    setting: str
+    gains: dict[str, float]  # seed -> gain over the start
+    final: float | None
+    peak_kl: float | None
+    valid_first: float | None
+    valid_last: float | None
+    same_outcome: float | None
+    zero_adv: float | None
+
+    @property
+    def gain(self) -> float | None:
+        return statistics.mean(self.gains.values()) if self.gains else None
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.mean(present) if present else None
+
+
+def setting_row(name: str, runs: list[Run]) -> SettingRow:
+    """The figures of one setting's runs."""
+    return SettingRow(
+        setting=name,
+        gains={seed_of(r): g for r in runs if (g := r.gain()) is not None},
+        final=_mean([r.final("val/success_rate") for r in runs]),
+        peak_kl=_mean([r.peak(kl_tag(r)) for r in runs]),
+        valid_first=_mean([r.first("rollout/valid_action_ratio") for r in runs]),
+        valid_last=_mean([r.final("rollout/valid_action_ratio") for r in runs]),
+        same_outcome=_mean([r.mean("rollout/same_outcome_groups") for r in runs]),
+        zero_adv=_mean([r.mean("adv/frac_zero") for r in runs]),
+    )
+
+
+def rows(multirun: Path) -> list[SettingRow]:
+    """One row per setting of the RL runs under ``multirun`` (behaviour-cloning runs are left out)."""
+    runs = [r for r in find_runs(multirun) if not r.bc_only]
+    return [setting_row(name, members) for name, members in settings(runs).items()]
+
+
+def best(table: list[SettingRow]) -> SettingRow | None:
+    """The setting with the highest mean gain over the start (ties: the higher lowest seed)."""
+    ranked = [r for r in table if r.gain is not None]
+    return max(ranked, key=lambda r: (r.gain, min(r.gains.values()))) if ranked else None
+
+
+def _f(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if signed else f"{value:.3f}"
+
+
+def render(table: list[SettingRow]) -> str:
+    """The markdown table and the line naming the best setting."""
+    lines = [
+        "| setting | seeds | gain over the start (mean; per seed) | final success | peak KL | valid actions "
+        "(first -> last iteration) | same-outcome groups | zero advantages |",
+        "|---|---:|---|---:|---:|---|---:|---:|",
+    ]
+    for r in table:
+        per_seed = ", ".join(f"{s}: {g:+.3f}" for s, g in sorted(r.gains.items()))
+        lines.append(
+            f"| `{r.setting}` | {len(r.gains)} | {_f(r.gain, True)} ({per_seed or '-'}) | {_f(r.final)} | "
+            f"{_f(r.peak_kl)} | {_f(r.valid_first)} -> {_f(r.valid_last)} | {_f(r.same_outcome)} | {_f(r.zero_adv)} |"
+        )
+    top = best(table)
+    if top is None:
+        lines.append("\nbest setting: none (no run has two validations)")
+    else:
+        seeds = ", ".join(sorted(top.gains))
+        lines.append(f"\nbest setting: `{top.setting}` (mean gain {top.gain:+.3f} on seeds {seeds}); the seeds that "
+                     "chose it cannot confirm it: run it on fresh seeds")
+    return "\n".join(lines)
+
+
+def write_calibration(multirun: Path, out: Path | None = None) -> Path:
+    """Write ``calibration.md`` (the table and the best setting) into ``out`` (default: the multirun folder)."""
+    text = "# Calibration\n\n" + render(rows(multirun)) + "\n"
+    path = Path(out or multirun) / "calibration.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
