@@ -4,7 +4,7 @@
 # on seeds 1-4, one thing changed at a time against the math study's setting:
 #   arm "base": lr 1e-4, T 1.0, the math study's GRPO (its runs are rerun here, and must equal the archived ones)
 #   arm "lr":   rl.optimizer.lr=1e-5 (lr 1e-4 was calibrated on Sokoban, not on math)
-#   arm "temp": rollout.temperature=0.6 (the start wins 0.69 of its problems at T 0.6 but 0.14-0.30 at T 1.0,
+#   arm "temp": rollout.temperature=0.6 (the start wins 0.69 of its problems at T 0.6 but 0.109-0.297 at T 1.0,
 #               so at T 1.0 most groups it learns from are failures)
 # Everything else as the math study (30 iterations of 8 x 8, validation at 0, 15, 30 on 512 problems at
 # T 0.6). Then one report over the three arms (gain over the start per arm, each arm minus the base, game

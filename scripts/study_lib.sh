@@ -29,7 +29,8 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
   # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
   # a Hydra interpolation) BC BC_SHA256 ARCHIVE START (a committed bc_policy_hf folder: the start when it holds
-  # weights and BC is unset; when it does not, the study's start is copied there to be committed). With one
+  # weights and BC is unset; when it does not, the study's start is copied there to be committed; START_ONLY=1
+  # stops there: the start built, checked and kept, no RL). With one
   # method in METHODS, the report gives its gain. REPORT=calibration: the calibration table instead (one row per
   # setting of a grid, scripts/calibrate.sh).
   : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
@@ -64,6 +65,7 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     mkdir -p "$START" && cp -a "$BC/." "$START/"
     echo "study: the BC start copied to $START (commit it: later studies start from these bytes on any machine)"
   fi
+  [ "${START_ONLY:-0}" = 1 ] && { echo "study: START_ONLY=1: the start only"; return 0; }
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
   # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets
   # shellcheck disable=SC2086

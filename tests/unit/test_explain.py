@@ -59,6 +59,6 @@ def test_train_py_explains_and_runs_nothing(tmp_path):
     assert lines[0].startswith("explain rl.optimizer.lr: set by 4 place(s)")
     assert [line.split(":")[0].strip() for line in lines[1:5]] == [
         "1. configs/train.yaml (global)", "2. configs/presets/paper_gpu.yaml (global)",
-        "3. configs/debug/cpu_small.yaml (global)", "4. command line"]
+        "3. configs/debug/budget/cpu_small_sokoban.yaml (global)", "4. command line"]
     assert lines[-1] == "  final value: 0.0003"
     assert not any((tmp_path / "sampo_sokoban" / "runs").glob("*"))  # no run folder left behind
