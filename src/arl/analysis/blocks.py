@@ -250,6 +250,23 @@ def games_block(study: Study) -> str:
             f"does).")
 
 
+def calibration_block(study: Study) -> str:
+    """The study read as a calibration grid (:mod:`arl.analysis.calibration`): one row per setting, the best
+    named, then what the columns measure."""
+    from dataclasses import replace
+
+    from arl.analysis.calibration import render, rows_of
+
+    f = study.facts
+    return (render([replace(r, setting=study.name(r.setting)) for r in rows_of(study.runs)]) +
+            f"\n\nGain over the start: `val/success_rate` at iteration {f['iterations']} minus at iteration 0, on "
+            f"the {f['val_episodes']} {f['held_out']} at {f['VT']}; peak KL: the run's highest `actor/kl_loss`; valid "
+            "actions: `rollout/valid_action_ratio` of the training episodes (at the training temperature) at the first "
+            "and last iteration; "
+            "same-outcome groups: `rollout/same_outcome_groups`, zero advantages: `adv/frac_zero`, means over the run "
+            "(- where the runs predate the metric); means over the seeds.")
+
+
 def cost_block(study: Study) -> str:
     spec = study.extra["cost"]
     filt, other = spec["filtered"], spec["other"]

@@ -63,10 +63,14 @@ def setting_row(name: str, runs: list[Run]) -> SettingRow:
     )
 
 
+def rows_of(runs: list[Run]) -> list[SettingRow]:
+    """One row per setting of ``runs`` (behaviour-cloning runs are left out)."""
+    return [setting_row(name, members) for name, members in settings([r for r in runs if not r.bc_only]).items()]
+
+
 def rows(multirun: Path) -> list[SettingRow]:
-    """One row per setting of the RL runs under ``multirun`` (behaviour-cloning runs are left out)."""
-    runs = [r for r in find_runs(multirun) if not r.bc_only]
-    return [setting_row(name, members) for name, members in settings(runs).items()]
+    """One row per setting of the RL runs under ``multirun``."""
+    return rows_of(find_runs(multirun))
 
 
 def best(table: list[SettingRow]) -> SettingRow | None:

@@ -17,6 +17,7 @@ from typing import Callable
 
 from arl.analysis.blocks import (
     archives_block,
+    calibration_block,
     collapses_block,
     contrasts_block,
     cost_block,
@@ -52,6 +53,7 @@ def generate(spec: Spec, name: str) -> str:
         "collapses": lambda: collapses_block(study), "without-seed-1": lambda: without_seed_block(spec, study),
         "format": lambda: format_block(study), "cost": lambda: cost_block(study),
         "types": lambda: types_block(study), "games": lambda: games_block(study),
+        "calibration": lambda: calibration_block(study),
     }
     if kind not in kinds:
         raise ValueError(f"no block kind {kind!r} (block {name!r}); kinds: {', '.join(kinds)}")
