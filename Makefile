@@ -84,6 +84,15 @@ study-math-diagnosis: install ## why RL lowered the math start (scripts/math_dia
 study-alfworld: install ## issue 42's ALFWorld study at this machine's size (scripts/alfworld_cpu_study.sh): BC start, SAMPO and GRPO on 3 paired seeds, report (~2.5 h; resumable)
 	bash scripts/alfworld_cpu_study.sh
 
+calibrate: install ## calibrate RL for ENV (sokoban, math_tool, alfworld; scripts/calibrate.sh): a grid of short runs from the env study's BC start on selection seeds, one row per setting
+	ENV=$(ENV) bash scripts/calibrate.sh
+
+study-math-confirmation: install ## the math recipe (lr 1e-5) confirmed: SAMPO and GRPO on fresh seeds 5-8 from the math study's start (~1 h)
+	bash scripts/math_confirmation_study.sh
+
+study-sokoban: install ## Sokoban from a committed BC start: SAMPO and GRPO on fresh seeds 5-8 at the CPU recipe (~40 min)
+	bash scripts/sokoban_rl_study.sh
+
 arena: install ## the arena study (scripts/arena_study.sh): stage 0 calibration, stage 1 collapse and rescue, stage 2 credit assignment on a longer Sokoban, stage 2b the stage-aware filter; resumable (days)
 	bash scripts/arena_study.sh
 
@@ -99,4 +108,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld arena gpu-kit bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld calibrate study-math-confirmation study-sokoban arena gpu-kit bench tb clean-logs

@@ -152,6 +152,8 @@ def plan(cmd: str) -> tuple[str, str]:
             return "skip", "run shortened by test_make_study_runs_shortened_on_a_fresh_tree"
         if target == "arena":
             return "skip", "run shortened by test_arena_study_runs_shortened_and_resumes"
+        if target == "calibrate":
+            return "skip", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"
         if target.startswith("study-"):
             return "skip", "a per-env study: its script runs shortened by its test"
         if target == "mutation":
