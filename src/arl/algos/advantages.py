@@ -128,14 +128,17 @@ def _group_normalise(
     """GRPO normalisation: (target - mean_g) / (std_g + eps) with stats over ``stat_values``.
 
     A group with a single statistic value gets mean 0 and std 1 (the target passes unchanged, up
-    to the 1 / (1 + eps) factor).
+    to the 1 / (1 + eps) factor). A group whose statistic values are all equal (std 0) is divided by
+    1 + eps, not by eps: where the targets are the statistic values (``cross_steps``) they equal the
+    mean and the advantage is 0 either way; where they are not (per-episode returns as statistics,
+    scores with a penalty as targets) a -0.1 penalty would otherwise become -0.1 / 1e-6.
     """
     count, mean = _group_mean(stat_values, stat_group, num_groups)
     single = count <= 1
     adv = targets - _gather(torch.where(single, torch.zeros_like(mean), mean), target_group)
     if norm_by_std:
         std = _group_std(stat_values, stat_group, count, mean)
-        std = torch.where(single, torch.ones_like(std), std)
+        std = torch.where(single | (std == 0), torch.ones_like(std), std)
         adv = adv / (_gather(std, target_group) + eps)
     return adv
 

@@ -420,3 +420,16 @@ def test_an_unknown_penalty_only_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="valid: normalise, center, zero"):
         advantages.grpo(**PENALTY_CASE, norm_by_std=True, cross_steps=True, invalid_penalty=-0.1,
                         penalty_only_groups="ignore", eps=1e-6)
+
+
+def test_per_episode_statistics_never_divide_a_penalty_by_eps() -> None:
+    """cross_steps=False: the statistics are the episodes' returns (0, 0: std 0) and the targets their turns'
+    scores (-0.1 on the invalid turn). The penalty stays -0.1 / (1 + eps), where dividing by std + eps made it
+    -0.1 / 1e-6 = -100000; with cross_steps=True the same group keeps its official value."""
+    data = {"step_rewards": t([0.0, 0.0, 0.0, 0.0]), "episode_ids": torch.tensor([0, 0, 1, 1]),
+            "turn_idx": torch.tensor([0, 1, 0, 1]), "group_ids": torch.tensor([0, 0, 0, 0]),
+            "anchor_keys": torch.arange(4), "valid": torch.tensor([False, True, True, True])}
+    per_episode = estimate("grpo", data, cross_steps=False)
+    torch.testing.assert_close(per_episode, t([-0.1, 0.0, 0.0, 0.0]) / (1 + 1e-6), atol=1e-12, rtol=0)
+    cross = estimate("grpo", data)  # scores (-0.1, 0, 0, 0): mean -0.025, std 0.05
+    torch.testing.assert_close(cross, t([-1.5, 0.5, 0.5, 0.5]) / (1 + 2e-5), atol=1e-6, rtol=0)
