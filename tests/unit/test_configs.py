@@ -161,7 +161,7 @@ def test_cpu_small_undoes_every_gpu_setting(env):
 RECIPES = {
     # lr 1e-5: the math diagnosis' calibration (seeds 1-4), confirmed on seeds 5-8 (math_confirmation)
     "math_tool": {"rl.optimizer.lr": 1e-5, "algo.advantage.penalty_only_groups": "normalise"},
-    # lr 1e-4: the arena's stage 0 calibration on Sokoban (arena_stage0)
+    # lr 1e-4: the default job's value (seeds 1-3, recorded), confirmed on seeds 5-8 (sokoban_rl_study); no grid yet
     "sokoban": {"rl.optimizer.lr": 1e-4, "algo.advantage.penalty_only_groups": "normalise"},
     # Sokoban's values, not calibrated on these envs yet (docs/results.md)
     "alfworld": {"rl.optimizer.lr": 1e-4, "algo.advantage.penalty_only_groups": "normalise"},
