@@ -124,8 +124,10 @@ def _group_normalise(
     num_groups: int,
     norm_by_std: bool,
     eps: float,
+    undivided: Tensor | None = None,
 ) -> Tensor:
-    """GRPO normalisation: (target - mean_g) / (std_g + eps) with stats over ``stat_values``.
+    """GRPO normalisation: (target - mean_g) / (std_g + eps) with stats over ``stat_values``;
+    targets where ``undivided`` (a (N,) bool over the targets, or None) are only centred.
 
     A group with a single statistic value gets mean 0 and std 1 (the target passes unchanged, up
     to the 1 / (1 + eps) factor). A group whose statistic values are all equal (std 0) is divided by
@@ -139,8 +141,15 @@ def _group_normalise(
     if norm_by_std:
         std = _group_std(stat_values, stat_group, count, mean)
         std = torch.where(single | (std == 0), torch.ones_like(std), std)
-        adv = adv / (_gather(std, target_group) + eps)
+        adv = _divide(adv, _gather(std, target_group) + eps, undivided)
     return adv
+
+
+def _divide(values: Tensor, denominators: Tensor, undivided: Tensor | None) -> Tensor:
+    """values / denominators, except where ``undivided`` (a (N,) bool, or None) keeps the value as it is."""
+    if undivided is not None:
+        denominators = torch.where(undivided, torch.ones_like(denominators), denominators)
+    return values / denominators
 
 
 def _float64(x: Tensor) -> Tensor:
@@ -262,14 +271,14 @@ def _check_penalty_only(mode: str) -> None:
         raise ValueError(f"unknown penalty_only_groups {mode!r}; valid: {', '.join(PENALTY_ONLY_MODES)}")
 
 
-def _treat_penalty_only(adv: Tensor, turns: _Turns, mode: str, centred: Tensor | None = None) -> Tensor:
-    """``adv`` (N,) with the turns of penalty-only groups set as ``mode`` says: ``zero`` -> 0; ``center`` ->
-    ``centred`` (the same turns' mean-subtracted values, no std division); ``normalise`` -> unchanged."""
-    if mode == "normalise":
-        return adv
-    mask = _gather(turns.penalty_only(), turns.group_index)
-    replacement = torch.zeros_like(adv) if mode == "zero" else centred
-    return torch.where(mask, replacement, adv)
+def _penalty_only_turns(turns: _Turns, mode: str) -> Tensor | None:
+    """(N,) bool: the turns of penalty-only groups, or None under ``normalise`` (no group is treated apart)."""
+    return None if mode == "normalise" else _gather(turns.penalty_only(), turns.group_index)
+
+
+def _zero_where(adv: Tensor, mask: Tensor | None) -> Tensor:
+    """``adv`` with 0 where ``mask`` (a (N,) bool, or None: unchanged)."""
+    return adv if mask is None else torch.where(mask, torch.zeros_like(adv), adv)
 
 
 def gigpo_parts(
@@ -309,12 +318,11 @@ def gigpo_parts(
     group_index, num_groups = turns.group_index, turns.num_groups
 
     # episode part: GRPO over the turn scores of the group (cross-step statistics)
-    episode_adv = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps)
-    if by_std and penalty_only_groups == "center":
-        centred = _group_normalise(turns.scores, group_index, turns.scores, group_index, num_groups, False, eps)
-    else:
-        centred = episode_adv
-    episode_adv = _treat_penalty_only(episode_adv, turns, penalty_only_groups, centred)
+    only = _penalty_only_turns(turns, penalty_only_groups)
+    undivided = only if penalty_only_groups == "center" else None
+    episode_adv = _group_normalise(
+        turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps, undivided
+    )
 
     # step part: discounted return (+ own penalty) relative to its anchor-state cluster
     returns = (
@@ -322,12 +330,13 @@ def gigpo_parts(
     )
     cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
     count, mean = _group_mean(returns, cluster_index, num_clusters)
-    centred = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
-    step_adv = centred
+    step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
     if by_std:
         std = _group_std(returns, cluster_index, count, mean)
-        step_adv = centred / (_gather(std, cluster_index) + eps)  # a cluster of one: 0 / eps
-    return episode_adv, _treat_penalty_only(step_adv, turns, penalty_only_groups, centred)
+        step_adv = _divide(step_adv, _gather(std, cluster_index) + eps, undivided)  # a cluster of one: 0 / eps
+    if penalty_only_groups == "zero":
+        return _zero_where(episode_adv, only), _zero_where(step_adv, only)
+    return episode_adv, step_adv
 
 
 def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
@@ -386,10 +395,13 @@ def grpo(
         stat_values, stat_group = turns.scores, turns.group_index
     else:
         stat_values, stat_group = turns.returns, turns.episode_group
-    args = (turns.scores, turns.group_index, stat_values, stat_group, turns.num_groups)
-    adv = _group_normalise(*args, norm_by_std, eps)
-    centred = _group_normalise(*args, False, eps) if norm_by_std and penalty_only_groups == "center" else adv
-    return _treat_penalty_only(adv, turns, penalty_only_groups, centred).to(_out_dtype(step_rewards))
+    only = _penalty_only_turns(turns, penalty_only_groups)
+    undivided = only if penalty_only_groups == "center" else None
+    adv = _group_normalise(turns.scores, turns.group_index, stat_values, stat_group, turns.num_groups, norm_by_std,
+                           eps, undivided)
+    if penalty_only_groups == "zero":
+        adv = _zero_where(adv, only)
+    return adv.to(_out_dtype(step_rewards))
 
 
 @ESTIMATORS.register("rloo")
