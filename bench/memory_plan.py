@@ -26,8 +26,9 @@ How the memory is measured, like with like:
   (``MemoryPlan.trainer_bytes``: what the update phase holds without engine and CUDA context).
 
 ``--logits`` measures instead what ``LOGIT_COPIES`` in ``arl.utils.memory_plan`` rests on: the
-peak of ``token_log_probs`` + ``entropy_from_logits`` + backward over (N, V) logits, in fp32
-copies of (N, V), for fp32 and bf16 logits.
+counted peak of ``arl.modules.forward.chunked_scores`` (log-probs + entropy) and its backward over
+4096 positions, in fp32 (C, V) blocks of one chunk, chunked (C = 512) and as one chunk, for fp32
+and bf16 heads.
 
 Beside RSS, each configuration is also **counted** (:func:`count`, ``arl.utils.live_bytes``): the same
 iterations with the weights and reference taken from their storages and the update as the peak of the
@@ -244,29 +245,30 @@ def count(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2
 # ------------------------------------------------------------------------------ the logits copies
 
 
-def logit_copies(n: int = 2048, vocab: int = 8192, hidden: int = 64) -> dict[str, float]:
-    """Peak memory of scoring (N, V) logits as ``_micro_loss`` does, in fp32 (N, V) copies."""
+def logit_copies(n: int = 4096, chunk: int = 512, vocab: int = 8192, hidden: int = 64) -> dict[str, float]:
+    """Peak tensor bytes of scoring n positions and back-propagating, as ``_micro_loss`` does
+    (``arl.modules.forward.chunked_scores``, log-probs and entropy), in fp32 (C, V) blocks of one
+    chunk: chunked (C = ``chunk``) and as one chunk (C = n, the scoring before chunking), for fp32
+    and bf16 heads. Counted by :class:`LiveTensorBytes`, so the same on every machine."""
     import torch
 
-    from arl.modules.forward import entropy_from_logits, token_log_probs
+    from arl.modules.forward import chunked_scores
+    from arl.utils.live_bytes import LiveTensorBytes
 
     out = {}
     for dtype in (torch.float32, torch.bfloat16):
-        hid = torch.randn(1, n, hidden, requires_grad=True)
-        weight = torch.randn(vocab, hidden, requires_grad=True, dtype=dtype)
-        labels = torch.randint(0, vocab, (1, n))
-        peaks = []
-        for _ in range(3):  # the first call warms up
-            reset_high_water()
-            base = rss()
-            logits = hid.to(dtype) @ weight.t()
-            lp, ent = token_log_probs(logits, labels), entropy_from_logits(logits)
-            del logits
-            (-(lp.sum() + 1e-3 * ent.sum())).backward()
-            peaks.append((high_water() - base) / (n * vocab * 4))
-            hid.grad = weight.grad = None
-            del lp, ent
-        out[str(dtype).replace("torch.", "")] = min(peaks[1:])
+        torch.manual_seed(0)
+        head = torch.nn.Linear(hidden, vocab, bias=False, dtype=dtype)
+        hid = torch.randn(n, hidden, dtype=dtype, requires_grad=True)
+        labels = torch.randint(0, vocab, (n,))
+        for name, size in (("chunked", chunk), ("one chunk", n)):
+            with LiveTensorBytes() as counter:
+                scores = chunked_scores(head, hid, labels, 1.0, "logp+entropy", size)
+                (-(scores[0].sum() + 1e-3 * scores[1].sum())).backward()
+            head.zero_grad(set_to_none=True)
+            hid.grad = None
+            grads = (vocab + n) * hidden * (4 if dtype == torch.float32 else 2)  # the head's and hidden's gradients
+            out[f"{str(dtype).replace('torch.', '')} {name}"] = (counter.peak_bytes - grads) / (size * vocab * 4)
     return out
 
 
@@ -310,10 +312,9 @@ def main() -> None:
         print(json.dumps((measure if args.child else count)(model, tokens, row, ckpt, iters)))
         return
     if args.logits:
-        if not os.environ.get("MALLOC_MMAP_THRESHOLD_"):  # re-run under the allocator setting that makes RSS follow the tensors
-            os.execve(sys.executable, [sys.executable, __file__, "--logits"], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"})
         copies = logit_copies()
-        print("peak of scoring + backward, in fp32 (N, V) copies: " + ", ".join(f"{k} logits {v:.2f}" for k, v in copies.items()))
+        print("peak of scoring 4096 positions + backward, in fp32 (C, V) blocks of one chunk "
+              "(C = 512 chunked, 4096 as one chunk): " + ", ".join(f"{k} {v:.2f}" for k, v in copies.items()))
         return
     import importlib.util
 

@@ -33,6 +33,7 @@ SRC = ROOT / "src" / "arl"
 
 ALGOS_TESTS = ["tests/unit/algos", "tests/integration/test_update_oracle.py"]
 MODULE_TESTS = ["tests/integration/test_update_oracle.py", "tests/integration/test_scale_update.py"]
+SCORING_TESTS = "tests/unit/modules/test_chunked_scoring.py"
 SAMPLES_TESTS = ["tests/unit/agent/test_samples.py", "tests/integration/test_update_oracle.py"]
 DATA_TESTS = ["tests/unit/datamodules/test_dynamic_sampling.py", "tests/unit/datamodules/test_rollout_datamodule.py"]
 METRICS_TESTS = ["tests/unit/utils/test_metrics.py", "tests/unit/datamodules/test_rollout_datamodule.py"]
@@ -212,9 +213,15 @@ MUTANTS: list[Mutant] = [
       "self.manual_backward(loss * world)", "self.manual_backward(loss)",
       "DDP's gradient mean is not undone (half the step on 2 ranks)", ("tests/integration/test_scale_update.py",)),
     M("module_temperature_ignored", "modules/forward.py",
-      "    if temperature not in (0.0, 1.0):\n        logits = logits / temperature\n    lo, hi",
-      "    lo, hi",
+      "    if temperature not in (0.0, 1.0):\n        logits = logits / temperature\n    logp = token_log_probs",
+      "    logp = token_log_probs",
       "scoring ignores the sampling temperature", tuple(MODULE_TESTS)),
+    M("scoring_previous_token", "modules/forward.py",
+      "labels = ids[:, 1:][scored]", "labels = ids[:, :-1][scored]",
+      "each position scores the token it reads, not the next one", (*MODULE_TESTS, SCORING_TESTS)),
+    M("scoring_chunks_reordered", "modules/forward.py",
+      "return torch.cat(parts, dim=-1)", "return torch.cat(parts[::-1], dim=-1)",
+      "the chunks' scores joined in the wrong order", (SCORING_TESTS,)),
     M("module_reuse_misaligned", "modules/rl_module.py",
       "data[\"old_log_probs\"] = data[\"rollout_log_probs\"] * data[\"response_mask\"]",
       "data[\"old_log_probs\"] = data[\"rollout_log_probs\"].roll(1, dims=1) * data[\"response_mask\"]",

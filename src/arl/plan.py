@@ -195,7 +195,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
         compute=compute, lora_rank=lora.r if lora.enabled else None,
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0,
-        checkpointing=checkpointing, tokens=int(rl["micro_token_budget"]),
+        checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
         row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
         vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),

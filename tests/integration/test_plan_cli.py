@@ -39,13 +39,17 @@ def test_the_paper_preset_on_16_gb_names_the_keys_to_change():
 
 
 def test_without_a_gpu_the_plan_assumes_80_gb_and_the_budget_comes_first():
-    """The preset fits 80 GB at its 16384-token micro-batches; at 32768 the logits do not."""
-    assert plan_cli(*PAPER).returncode == 0
-    out = plan_cli(*PAPER, "rl.micro_token_budget=32768")
+    """The preset fits 80 GB at its 32768-token micro-batches, scoring 1024 positions at a time;
+    scoring all 32768 at once (six fp32 copies of their logits, 111 GiB) does not, and a smaller
+    micro-batch or a smaller scoring chunk each fits."""
+    out = plan_cli(*PAPER)
+    assert out.returncode == 0 and "6 x 1024 tok (one chunk) x 151936 vocab" in out.stdout
+    out = plan_cli(*PAPER, "model.logit_chunk_tokens=32768")
     assert out.returncode == 3, out.stdout + out.stderr
     assert "no GPU visible: 80 GiB assumed" in out.stdout
-    first = out.stdout.split("largest saving first")[1].splitlines()[1]
-    assert first.split()[0] == "rl.micro_token_budget=16384" and "fits" in first
+    changes = out.stdout.split("largest saving first")[1].splitlines()[1:3]
+    assert changes[0].split()[0] == "rl.micro_token_budget=16384" and "fits" in changes[0]
+    assert changes[1].split()[0] == "model.logit_chunk_tokens=16384" and "fits" in changes[1]
 
 
 def test_a_placement_the_launcher_does_not_say_exits_4():
@@ -74,11 +78,11 @@ def test_the_start_up_check_stops_a_gpu_run_that_does_not_fit(monkeypatch):
 
     h200 = plan_module.Machine(gpus=8, gpu_name="H200", gpu_bytes=140 * 2**30, host_bytes=2**41)
     monkeypatch.setattr(plan_module.Machine, "here", classmethod(lambda cls: h200))
-    cfg = compose([*PAPER, "plan.gpu_memory_gb=80", "rl.micro_token_budget=32768"])
+    cfg = compose([*PAPER, "plan.gpu_memory_gb=80", "model.logit_chunk_tokens=32768"])
     with pytest.raises(ConfigError, match=r"does NOT fit in 80.0 GiB[\s\S]*rl.micro_token_budget=16384"):
         plan_module.startup_check(cfg)
     assert "fits in 140.0 GiB (the visible H200)" in plan_module.startup_check(compose(PAPER))
-    assert plan_module.startup_check(compose([*PAPER, "plan.gpu_memory_gb=80", "rl.micro_token_budget=32768",
+    assert plan_module.startup_check(compose([*PAPER, "plan.gpu_memory_gb=80", "model.logit_chunk_tokens=32768",
                                               "plan.check=false"])).endswith("not checked (plan.check=false)")
 
 

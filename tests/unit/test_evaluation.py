@@ -26,6 +26,22 @@ def test_eval_takes_the_runs_model_env_and_episode_budgets(tmp_path):
     assert out["ckpt_path"] == "x" and out["seed"] == c["seed"]
 
 
+def test_a_key_added_since_the_run_takes_todays_value(tmp_path):
+    """An archived run's model section predates ``model.logit_chunk_tokens``: eval keeps every key
+    the run had and takes the new key from its own config, and the result validates."""
+    from arl.models.config import ModelSettings
+    from arl.utils.schema import problems
+
+    c, run_cfg = _configs(tmp_path)
+    del run_cfg["model"]["logit_chunk_tokens"]
+    run_cfg["model"]["dtype"] = "float32"
+    out = with_run_config(c, run_cfg, [])
+    assert out["model"]["logit_chunk_tokens"] == c["model"]["logit_chunk_tokens"]
+    assert problems(out["model"], ModelSettings, "model") == []
+    assert problems(run_cfg["model"], ModelSettings, "model")  # the run's own section alone no longer validates
+    assert out["model"]["dtype"] == "float32" and out["model"].keys() == run_cfg["model"].keys() | {"logit_chunk_tokens"}
+
+
 def test_command_line_still_wins_over_the_run(tmp_path):
     c, run_cfg = _configs(tmp_path)
     out = with_run_config(c, run_cfg, ["rollout.max_new_tokens=64", "env.max_turns=7", "rollout.val_episodes=3"])

@@ -98,6 +98,7 @@ class ModelSettings:
     trust_remote_code: bool = required(BOOLEAN)
     init_from: str | None = required(optional(NON_EMPTY))
     gradient_checkpointing: bool = required(BOOLEAN)
+    logit_chunk_tokens: int = required(integer(1))
     tiny: TinyConfig | None = absent_or(TINY)  # model=tiny: arl.models.tiny.TinyConfig's fields
     lora: LoraSettings = section(LoraSettings)
 

@@ -31,7 +31,7 @@ from arl.datamodules.batches import (
     turn_values_to_tokens,
     with_protocol_names,
 )
-from arl.modules.forward import forward_log_probs
+from arl.modules.forward import CHUNK_TOKENS, forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 from arl.utils.metrics import SAME, SUM, Metrics, combine
@@ -64,6 +64,8 @@ class AgenticRLModule(LightningModule):
             rollout-vs-trainer gap (``is/rollout_*``) is then not measured.
         sharding: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
             FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
+        logit_chunk_tokens: scored positions projected onto the vocabulary at once
+            (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class AgenticRLModule(LightningModule):
         temperature: float = 1.0,
         reuse_rollout_log_probs: bool = False,
         sharding: dict[str, Any] | None = None,
+        logit_chunk_tokens: int = CHUNK_TOKENS,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -101,6 +104,7 @@ class AgenticRLModule(LightningModule):
         self.grad_clip = grad_clip
         self.warmup_steps = warmup_steps
         self.temperature = temperature
+        self.logit_chunk_tokens = int(logit_chunk_tokens)
         self.reuse_rollout_log_probs = bool(reuse_rollout_log_probs)
         if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
@@ -193,7 +197,7 @@ class AgenticRLModule(LightningModule):
                     self._dummy_logits(model)
                     continue
                 mb = micros[j]
-                logp, _ = forward_log_probs(model, mb, self.temperature)
+                logp, _ = forward_log_probs(model, mb, self.temperature, chunk_tokens=self.logit_chunk_tokens)
                 out[mb["_row"], : logp.shape[1]] = logp
         finally:
             model.train(was_training)
@@ -485,7 +489,9 @@ class AgenticRLModule(LightningModule):
 
     def _micro_loss(self, micro: dict[str, torch.Tensor], on_policy: bool, global_tokens, global_seqs):
         """The loss of one micro-batch (its share of the mini-batch loss) and its metric shares."""
-        log_prob, entropy = forward_log_probs(self.policy, micro, self.temperature, with_entropy=True)
+        log_prob, entropy = forward_log_probs(
+            self.policy, micro, self.temperature, with_entropy=True, chunk_tokens=self.logit_chunk_tokens
+        )
         old = micro["old_log_probs"] if "old_log_probs" in micro and not on_policy else log_prob.detach()
         loss, m = objective_lib.actor_loss(
             log_prob,

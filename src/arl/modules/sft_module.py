@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from lightning import LightningModule
 
-from arl.modules.forward import forward_greedy_hits, forward_log_probs
+from arl.modules.forward import CHUNK_TOKENS, forward_greedy_hits, forward_log_probs
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 
@@ -23,10 +23,11 @@ class BehaviourCloningModule(LightningModule):
 
     def __init__(
         self, policy, optimizer: Callable, warmup_steps: int = 0, total_steps: int = 1000, min_lr_ratio: float = 0.1,
-        sharding: dict[str, Any] | None = None,
+        sharding: dict[str, Any] | None = None, logit_chunk_tokens: int = CHUNK_TOKENS,
     ):
         super().__init__()
         self.policy = policy
+        self.logit_chunk_tokens = int(logit_chunk_tokens)  # model.logit_chunk_tokens (arl.modules.forward)
         self.sharding = dict(sharding) if sharding else None
         self.optimizer_factory = optimizer
         self.warmup_steps = warmup_steps
@@ -60,7 +61,7 @@ class BehaviourCloningModule(LightningModule):
         ranks together; this rank's own when absent): each rank's sum over its share divided by
         that count, times the number of ranks, since DDP and FSDP average gradients over ranks.
         Sharded or not, the step is the one a single process takes on the whole batch."""
-        log_probs, _ = forward_log_probs(self.policy, batch)
+        log_probs, _ = forward_log_probs(self.policy, batch, chunk_tokens=self.logit_chunk_tokens)
         world = self._world_size()
         loss, tokens = response_nll(log_probs, batch["response_mask"], batch.get("loss_tokens"))
         self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
@@ -70,7 +71,7 @@ class BehaviourCloningModule(LightningModule):
 
     def validation_step(self, batch, batch_idx: int):
         """Held-out loss, and how much of the held-out answers greedy decoding would reproduce."""
-        log_probs, hits = forward_greedy_hits(self.policy, batch)
+        log_probs, hits = forward_greedy_hits(self.policy, batch, chunk_tokens=self.logit_chunk_tokens)
         metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
         world = self._world_size()
         for name, value in metrics.items():

@@ -47,7 +47,7 @@ def _fit_bc_round(
     )
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
-        sharding=c["trainer"].get("sharding"),
+        sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run_settings(c).model.logit_chunk_tokens,
     )
     # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)

@@ -238,6 +238,7 @@ def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
         temperature=run.rollout.temperature or 1.0,
         reuse_rollout_log_probs=reuse_rollout_log_probs(c),
         sharding=c["trainer"].get("sharding"),
+        logit_chunk_tokens=run.model.logit_chunk_tokens,
     )
 
 

@@ -103,10 +103,12 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
     ``model`` and ``env`` sections and the rollout keys that shape an episode (answer length,
     prompt budget, sample mode, stop strings), so a policy is validated as its run validated it
     (a 128-token ALFWorld answer cut at the eval default of 32 would be an invalid action). Those
-    keys given on the command line (``overrides``) still win."""
+    keys given on the command line (``overrides``) still win. A plain key added to a section since
+    that run (``model.logit_chunk_tokens``) takes this config's value."""
     out = dict(c)
     for key in RUN_SECTIONS:
-        out[key] = run_cfg[key]
+        added = {k: v for k, v in c[key].items() if k not in run_cfg[key] and not isinstance(v, Mapping)}
+        out[key] = {**added, **run_cfg[key]}
     out["rollout"] = {**c["rollout"], **{k: run_cfg["rollout"][k] for k in RUN_ROLLOUT_KEYS if k in run_cfg.get("rollout", {})}}
     mine = OmegaConf.create()
     for key, value in _run_key_overrides(overrides):

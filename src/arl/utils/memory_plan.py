@@ -18,8 +18,9 @@ What the numbers rest on (each constant below says where it comes from):
   attention), counted tensor by tensor with ``torch.autograd.graph.saved_tensors_hooks``;
   ``tests/unit/utils/test_memory_plan.py`` checks the formula against that count for fp32,
   bf16 parameters and bf16 autocast, with and without a padding mask.
-* **Logits** (:data:`LOGIT_COPIES`): ``arl.modules.forward.forward_log_probs(with_entropy=True)``
-  keeps three fp32 (N, V) tensors for backward and the backward adds three more in flight.
+* **Logits** (:data:`LOGIT_COPIES`): ``arl.modules.forward`` projects the scored positions onto
+  the vocabulary ``model.logit_chunk_tokens`` (C) at a time and recomputes each chunk in the
+  backward, so the scoring's peak is six fp32 (C, V) blocks, whatever N is.
 * The optimiser is ``torch.optim.AdamW`` (``rl.optimizer``): two fp32 moments per trained parameter.
 """
 
@@ -38,12 +39,13 @@ FP32 = 4
 # module loading it can be less; NCCL's buffers under multi-GPU runs come on top and are not counted.
 CUDA_CONTEXT_BYTES = 1343 * 2**20
 
-# fp32 (N, V) copies alive at once when one micro-batch's logits are scored and back-propagated by
-# arl.modules.forward.forward_log_probs(with_entropy=True) (the update's _micro_loss): the forward keeps
-# three for backward (the logits logsumexp reads in token_log_probs, log_softmax's output and its exp
-# in entropy_from_logits) plus the product p * log p in flight (a fourth; with bf16 logits the two
-# `.float()` copies and the bf16 logits make it 5.5); the backward's gradients bring the peak to six.
-# Measured: `python bench/memory_plan.py --logits` (process RSS, fp32 and bf16 logits: 6.0 and 6.0).
+# fp32 (C, V) blocks alive at once when one chunk of C scored positions is back-propagated by
+# arl.modules.forward (forward_log_probs(with_entropy=True), the update's _micro_loss): the chunk's
+# checkpoint recomputes its logits, keeping three for its backward (the logits logsumexp reads in
+# token_log_probs, log_softmax's output and its exp in entropy_from_logits) plus the product p * log p
+# in flight; the backward's gradients bring the peak to six. The forward holds fewer: it keeps no
+# chunk's logits. Measured: `python bench/memory_plan.py --logits` (counted tensor bytes, in (C, V)
+# fp32 blocks, chunked and whole).
 LOGIT_COPIES = 6
 
 # Unsharded blocks alive at once under FSDP: the one computing and the next one being all-gathered
@@ -221,6 +223,8 @@ class Setup:
         lora_rank, lora_targets: LoRA adapters (None: every parameter trains).
         reference: a frozen reference copy exists (``algo.kl.coef > 0``).
         checkpointing: activation checkpointing of every block.
+        logit_chunk_tokens: C, scored positions projected onto the vocabulary at once
+            (``model.logit_chunk_tokens``).
         tokens: padded tokens of one micro-batch (``rl.micro_token_budget``); N is the larger of
             it and ``row_tokens`` (:attr:`micro_tokens`).
         row_tokens: T, the widest padded row (``rollout.max_prompt_tokens + max_new_tokens``):
@@ -247,6 +251,7 @@ class Setup:
     lora_targets: tuple[str, ...] | str = LORA_DEFAULT_TARGETS
     reference: bool = True
     checkpointing: bool = False
+    logit_chunk_tokens: int = 1024
     tokens: int = 16384
     row_tokens: int = 2048
     engine: str = "hf"
@@ -268,8 +273,8 @@ class Setup:
             raise ValueError(f"compute={self.compute!r}; valid: {', '.join(COMPUTE_MODES)}")
         if self.engine not in ENGINES:
             raise ValueError(f"engine={self.engine!r}; valid: {', '.join(ENGINES)}")
-        if self.shards < 1 or self.tokens < 1 or self.row_tokens < 1:
-            raise ValueError("shards, tokens and row_tokens must be >= 1")
+        if self.shards < 1 or self.tokens < 1 or self.row_tokens < 1 or self.logit_chunk_tokens < 1:
+            raise ValueError("shards, tokens, row_tokens and logit_chunk_tokens must be >= 1")
 
     @property
     def micro_tokens(self) -> int:
@@ -408,11 +413,16 @@ def kept_activation_bytes(arch: Architecture, s: Setup) -> int:
     return s.micro_tokens * (arch.layers * per_layer + outside)
 
 
+def logit_rows(s: Setup) -> int:
+    """Rows of one scored chunk: C, or N when a micro-batch holds fewer tokens than a chunk."""
+    return min(s.logit_chunk_tokens, s.micro_tokens)
+
+
 def logits_bytes(arch: Architecture, s: Setup) -> int:
-    """The scoring of one micro-batch at its peak: :data:`LOGIT_COPIES` fp32 (N, V) tensors. An
-    upper bound: the module scores only the columns from the first to the last response token
-    (``logits_to_keep``), which in turn mode with long prompts is a part of each row."""
-    return LOGIT_COPIES * s.micro_tokens * arch.vocab * FP32
+    """The scoring of one micro-batch at its peak: :data:`LOGIT_COPIES` fp32 (C, V) blocks of one
+    chunk (:func:`logit_rows`). The hidden states of the scored positions it projects are the LM
+    head's input, counted with the kept activations."""
+    return LOGIT_COPIES * logit_rows(s) * arch.vocab * FP32
 
 
 def block_backward_bytes(arch: Architecture, s: Setup) -> int:
@@ -563,7 +573,7 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
         Row("compute copies", compute_copy_bytes(arch, s), _copies_how(arch, s)),
         Row("activations kept", kept_activation_bytes(arch, s), _activations_how(arch, s, mode)),
         Row("logits (score + backward)", logits_bytes(arch, s),
-            f"{LOGIT_COPIES} x {s.micro_tokens} tok x {arch.vocab} vocab x 4 B (upper bound)"),
+            f"{LOGIT_COPIES} x {logit_rows(s)} tok (one chunk) x {arch.vocab} vocab x 4 B"),
         Row("block backward", block_backward_bytes(arch, s),
             f"{s.micro_tokens} tok x ({block_activation_bytes(arch, s.compute, s.row_tokens)} recomputed + "
             f"{2 * s.compute_bytes * arch.intermediate} grads) B, not at once with logits" if s.checkpointing else
@@ -634,7 +644,8 @@ class Change:
 
 def suggestions(arch: Architecture, s: Setup) -> list[Change]:
     """Config changes that lower the peak, each alone, ordered by how much they save (the largest
-    first): a smaller ``rl.micro_token_budget`` (the largest power of two that fits), vLLM's sleep
+    first): a smaller ``rl.micro_token_budget`` (the largest power of two that fits), a smaller
+    ``model.logit_chunk_tokens`` (likewise, down to 256), vLLM's sleep
     mode and a smaller ``gpu_memory_utilization``, activation checkpointing, LoRA, more GPUs,
     bf16 compute, no reference (``algo.kl.coef=0``)."""
     ckpt_key = "trainer.sharding.activation_checkpointing" if s.sharded else "model.gradient_checkpointing"
@@ -654,6 +665,11 @@ def suggestions(arch: Architecture, s: Setup) -> list[Change]:
         b = fitting[0] if fitting else budgets[-1]
         add(f"rl.micro_token_budget={b}", replace(s, tokens=b),
             f"a row of up to {s.row_tokens} tokens still goes alone" if b < s.row_tokens else "")
+    chunks = [2**k for k in range(int(math.log2(logit_rows(s) - 1)) if logit_rows(s) > 2 else 0, 7, -1)]
+    fitting = [c for c in chunks if make_plan(arch, replace(s, logit_chunk_tokens=c)).fits]
+    if chunks:
+        c = fitting[0] if fitting else chunks[-1]
+        add(f"model.logit_chunk_tokens={c}", replace(s, logit_chunk_tokens=c), "the same scores, more head matmuls")
     if s.engine == "vllm" and s.device == "gpu":
         if not s.vllm_sleep:
             add("rollout.vllm.enable_sleep_mode=true", replace(s, vllm_sleep=True))
@@ -742,6 +758,7 @@ __all__ = [
     "hf_engine_bytes",
     "kept_activation_bytes",
     "logits_bytes",
+    "logit_rows",
     "make_plan",
     "optimizer_bytes",
     "outside_activation_bytes",

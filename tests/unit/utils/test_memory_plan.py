@@ -19,6 +19,7 @@ from arl.utils.memory_plan import (
     Setup,
     architecture_from_hf_config,
     block_activation_bytes,
+    logits_bytes,
     make_plan,
     outside_activation_bytes,
     suggestions,
@@ -54,8 +55,12 @@ def test_a_two_layer_model_by_hand_on_one_cpu_process():
     assert outside_activation_bytes(HAND, "fp32", 128) == 908
     # N = 1024 tokens: kept activations 1024 x (2 x 7984 + 908) = 17281024
     assert rows["activations kept"] == 17281024
-    # logits: 6 copies x 1024 tokens x 1000 vocab x 4 B = 24576000; a block's backward 1024 x 2 x 4 x 256 = 2097152
+    # logits: 6 copies x 1024 tokens (one chunk: C = N = 1024) x 1000 vocab x 4 B = 24576000; a block's
+    # backward 1024 x 2 x 4 x 256 = 2097152
     assert rows["logits (score + backward)"] == 24576000 and rows["block backward"] == 2097152
+    # scored 256 positions at a time: 6 x 256 x 1000 x 4 B; a chunk larger than the micro-batch is the micro-batch
+    assert logits_bytes(HAND, replace(s, logit_chunk_tokens=256)) == 6144000
+    assert logits_bytes(HAND, replace(s, logit_chunk_tokens=4096)) == 24576000
     # the transformers engine generates with the policy itself: a static cache of 4 rows x 128 tokens x
     # (2 x 2 layers x 32 x 4 B) = 262144, the prefill 400 tokens x (3 x 256 + 2 x 64) x 4 = 1433600 and
     # its 400 x 100 x 4 = 160000 mask
@@ -203,11 +208,14 @@ def test_a_smaller_budget_and_no_reference_never_raise_the_peak():
 def test_what_to_change_is_ordered_by_saving_and_each_lowers_the_peak():
     arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-4B"]
     s = Setup(device="gpu", strategy="fsdp2", shards=8, compute="half", checkpointing=True, tokens=32768,
-              row_tokens=4608, engine="vllm", vllm_sleep=True, capacity_bytes=80 * GIB, device_total_bytes=80 * GIB)
+              logit_chunk_tokens=32768, row_tokens=4608, engine="vllm", vllm_sleep=True, capacity_bytes=80 * GIB,
+              device_total_bytes=80 * GIB)
     assert not make_plan(arch, s).fits
+    assert make_plan(arch, replace(s, logit_chunk_tokens=1024)).fits  # the shipped chunk
     changes = suggestions(arch, s)
     assert [c.saves_bytes for c in changes] == sorted((c.saves_bytes for c in changes), reverse=True)
     assert changes[0].override == "rl.micro_token_budget=16384" and changes[0].fits
+    assert changes[1].override == "model.logit_chunk_tokens=16384" and changes[1].fits
     assert all(c.peak_bytes < make_plan(arch, s).peak_bytes for c in changes)
     assert {"model.lora.enabled=true", "algo.kl.coef=0"} <= {c.override for c in changes}
 
