@@ -99,6 +99,7 @@ def test_fp32_master_weights_take_every_step_of_a_small_learning_rate(dtype, lea
 
 BC_OVERRIDES = [
     "debug=smoke", "rl.enabled=false", "bc.episodes=12", "bc.epochs=2", "bc.batch_size=5", "bc.val_fraction=0.2",
+    "bc.val_token_budget=128",  # held-out batches of one or two rows: the ranks' shares differ in batch count
     "rollout.val_episodes=2", "rollout.max_new_tokens=8", "env.max_turns=2",
 ]
 
@@ -125,3 +126,8 @@ def test_behaviour_cloning_sharded_over_two_ranks_is_the_one_process_run(bc_lane
     diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
     print(f"BC {trainer} vs one process: bc/loss max rel diff {worst:.1e} over {len(a)} steps, max |weight diff| {diff:.1e}")
     assert worst <= 1e-5 and diff <= 1e-5
+    # held-out metrics: each rank scores its half of the held-out samples, the sums are combined
+    for name in ("bc/val_loss", "bc/val_token_accuracy", "bc/val_exact_match"):
+        va, vb = one[name], two[name]
+        assert [s for s, _ in va] == [s for s, _ in vb] and len(va) == 2, name  # one validation per epoch
+        assert all(abs(x - y) <= 1e-5 * max(abs(x), 1.0) for (_, x), (_, y) in zip(va, vb)), (name, va, vb)

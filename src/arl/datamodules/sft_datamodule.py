@@ -23,6 +23,8 @@ class SFTDataModule(LightningDataModule):
         batch_size: samples per optimiser step.
         val_fraction: share of episodes held out for ``bc/val_loss``.
         seed: shuffling seed.
+        val_token_budget: padded tokens (rows x longest row) of one held-out batch, at most
+            ``batch_size`` rows (:func:`val_batches`).
         sample_mode: ``turn`` or ``trajectory``, as the episodes were recorded.
     """
 
@@ -35,6 +37,7 @@ class SFTDataModule(LightningDataModule):
         seed: int = 0,
         keep_failed: bool = False,
         sample_mode: str = "turn",
+        val_token_budget: int = 16384,
     ):
         super().__init__()
         eps = [e for e in episodes if e.won or keep_failed]
@@ -46,6 +49,7 @@ class SFTDataModule(LightningDataModule):
         self.pad_id = pad_id
         self.batch_size = batch_size
         self.seed = seed
+        self.val_token_budget = val_token_budget
 
     def _collate(self, samples):
         return collate_tokens(samples, self.pad_id)
@@ -71,13 +75,69 @@ class SFTDataModule(LightningDataModule):
         return DataLoader(_Shares(self.train_samples), batch_sampler=sampler, generator=gen, collate_fn=self._collate_share)
 
     def val_dataloader(self) -> DataLoader | list:
+        """This rank's share of the held-out samples (a contiguous slice), in batches of at most
+        ``val_token_budget`` padded tokens; every rank gets as many batches as the rank with the
+        most (an FSDP forward is a collective), the missing ones a sample scored with weight 0."""
         if not self.val_samples:
             return []
-        return DataLoader(self.val_samples, batch_size=self.batch_size, shuffle=False, collate_fn=self._collate)
+        rank, world = dist_utils.rank_and_world(getattr(self, "trainer", None))
+        lengths = [len(s.input_ids) for s in self.val_samples]
+        shares = [val_batches(lengths, r, world, self.batch_size, self.val_token_budget) for r in range(world)]
+        mine = shares[rank] + [[(0, 0.0)]] * (max(map(len, shares)) - len(shares[rank]))
+        return DataLoader(_Weighted(self.val_samples), batch_sampler=mine, collate_fn=self._collate_weighted)
+
+    def _collate_weighted(self, items):
+        """``(sample, weight)`` items -> a batch whose weight-0 rows score nothing."""
+        batch = collate_tokens([sample for sample, _ in items], self.pad_id)
+        weights = torch.tensor([w for _, w in items], dtype=batch["response_mask"].dtype)
+        batch["response_mask"] = batch["response_mask"] * weights[:, None]
+        return batch
 
     @property
     def steps_per_epoch(self) -> int:
         return -(-len(self.train_samples) // self.batch_size)
+
+
+def val_batches(lengths: Sequence[int], rank: int, world: int, max_rows: int, token_budget: int) -> list[list[tuple[int, float]]]:
+    """Rank ``rank`` of ``world``'s share of held-out samples of token ``lengths``: the contiguous
+    slice ``[n rank / world, n (rank + 1) / world)``, cut in order into batches of at most
+    ``max_rows`` rows whose padded size (rows x longest row) fits ``token_budget`` (a longer row
+    alone). Each index comes as ``(index, 1.0)``.
+
+    >>> val_batches([5, 5, 9, 2, 2], rank=0, world=1, max_rows=4, token_budget=12)
+    [[(0, 1.0), (1, 1.0)], [(2, 1.0)], [(3, 1.0), (4, 1.0)]]
+    >>> val_batches([5, 5, 9, 2, 2], rank=1, world=2, max_rows=4, token_budget=100)
+    [[(2, 1.0), (3, 1.0), (4, 1.0)]]
+    """
+    n = len(lengths)
+    lo, hi = n * rank // world, n * (rank + 1) // world
+    batches: list[list[tuple[int, float]]] = []
+    current: list[int] = []
+    longest = 0
+    for i in range(lo, hi):
+        wider = max(longest, lengths[i])
+        if current and (len(current) >= max_rows or wider * (len(current) + 1) > token_budget):
+            batches.append([(j, 1.0) for j in current])
+            current, wider = [], lengths[i]
+        current.append(i)
+        longest = wider
+    if current:
+        batches.append([(j, 1.0) for j in current])
+    return batches
+
+
+class _Weighted(Dataset):
+    """``dataset[(i, weight)]`` -> ``(samples[i], weight)``."""
+
+    def __init__(self, samples: Sequence[TokenSample]):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, key: tuple[int, float]):
+        i, weight = key
+        return self.samples[i], weight
 
 
 class _Shares(Dataset):

@@ -8,7 +8,10 @@ import torch
 from lightning import LightningModule
 
 from arl.modules.forward import CHUNK_TOKENS, forward_greedy_hits, forward_log_probs
+from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
+
+VAL_METRICS = ("bc/val_loss", "bc/val_token_accuracy", "bc/val_exact_match")
 
 
 class BehaviourCloningModule(LightningModule):
@@ -69,14 +72,29 @@ class BehaviourCloningModule(LightningModule):
         self.log("bc/lr", self.optimizers().param_groups[0]["lr"], on_step=True)
         return loss * world
 
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(2 * len(VAL_METRICS), dtype=torch.float64)  # weighted sums, then weights
+
     def validation_step(self, batch, batch_idx: int):
-        """Held-out loss, and how much of the held-out answers greedy decoding would reproduce."""
+        """Held-out loss, and how much of the held-out answers greedy decoding would reproduce, on
+        this rank's share of the held-out samples (``SFTDataModule.val_dataloader``): summed here,
+        combined over ranks at the end of the validation."""
         log_probs, hits = forward_greedy_hits(self.policy, batch, chunk_tokens=self.logit_chunk_tokens)
         metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
-        world = self._world_size()
-        for name, value in metrics.items():
-            if weights[name]:  # every rank scores the whole held-out set: the mean over ranks is its value
-                self.log(name, value, on_epoch=True, batch_size=weights[name], sync_dist=world > 1)
+        for k, name in enumerate(VAL_METRICS):
+            self._val_sums[k] += float(metrics[name]) * weights[name]
+            self._val_sums[len(VAL_METRICS) + k] += weights[name]
+
+    def on_validation_epoch_end(self) -> None:
+        """Each metric over the whole held-out set: the ranks' weighted sums added, divided by
+        their weights added (a metric with no weight anywhere is not logged)."""
+        sums = self._val_sums.to(self.device)
+        if self._world_size() > 1:
+            sums = dist_utils.all_reduce_(sums, "sum")
+        n = len(VAL_METRICS)
+        for k, name in enumerate(VAL_METRICS):
+            if sums[n + k] > 0:
+                self.log(name, float(sums[k] / sums[n + k]), on_epoch=True, sync_dist=False)
 
 
 def response_nll(

@@ -44,6 +44,7 @@ def _fit_bc_round(
     bc = run_settings(c).bc
     dm = SFTDataModule(
         episodes, pad_id, bc.batch_size, bc.val_fraction, c["seed"], keep_failed=True, sample_mode=sample_mode,
+        val_token_budget=bc.val_token_budget,
     )
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,

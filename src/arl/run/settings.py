@@ -146,6 +146,7 @@ class BCSettings:
     batch_size: int = required(COUNT)
     val_fraction: float = required(number(0.0, 1.0, high_open=True))
     val_every: int | None = required(optional(COUNT))
+    val_token_budget: int = required(COUNT)
     warmup_steps: int = required(integer(0))
     dataset_path: str | None = required(optional(NON_EMPTY))
     val_untrained: bool = required(BOOLEAN)
