@@ -205,12 +205,15 @@ def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
     processes started as ``python src/train.py``: rank 0 would build it before the other ranks
     exist. torchrun and srun start every rank first, and the engine then starts the process group."""
-    from arl.utils.placement import PlacementError, resolve_placement, trainer_processes
+    from arl.utils.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 
     try:
         placement = resolve_placement()
     except PlacementError as err:
         raise ConfigError(f"placement: {err}") from None
+    problem = run_folder_problem(_run_dir(), placement)
+    if problem:
+        raise ConfigError(f"hydra.run.dir: {problem}")
     processes = trainer_processes(c.get("trainer") or {})
     early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not model.init_from
     if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
@@ -219,6 +222,19 @@ def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
             "untrained validation needs the engine before Lightning has started the other ranks. Launch every rank "
             f"first (torchrun --nproc_per_node={processes} src/train.py ..., or srun), or set bc.val_untrained=false"
         )
+
+
+def _run_dir() -> str:
+    """This run's ``hydra.run.dir`` ("" outside ``@hydra.main`` and in a multirun, whose job
+    folders are named by the sweep, not by the time)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    try:
+        hydra_cfg = HydraConfig.get()
+    except ValueError:
+        return ""
+    return "" if hydra_cfg.mode == RunMode.MULTIRUN else str(hydra_cfg.run.dir)
 
 
 CPU_ALTERNATIVE = (

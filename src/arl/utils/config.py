@@ -34,9 +34,13 @@ def short_dirname(name: str, limit: int = RUN_DIRNAME_LIMIT) -> str:
 
 
 def register_resolvers() -> None:
-    """The resolvers the configs use (``arl_dirname`` in ``configs/hydra/default.yaml``)."""
+    """The resolvers the configs use (``arl_dirname`` and ``arl_run_stamp`` in ``configs/hydra/default.yaml``)."""
     if not OmegaConf.has_resolver("arl_dirname"):
         OmegaConf.register_new_resolver("arl_dirname", short_dirname)
+    if not OmegaConf.has_resolver("arl_run_stamp"):
+        from arl.utils.placement import run_stamp
+
+        OmegaConf.register_new_resolver("arl_run_stamp", lambda: run_stamp(), use_cache=True)
 
 
 class ConfigError(ValueError):

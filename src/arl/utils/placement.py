@@ -230,3 +230,58 @@ def ensure_process_group(placement: Placement) -> bool:
 
 
 __all__ = ["LAUNCHERS", "Placement", "PlacementError", "ensure_process_group", "export_placement", "resolve_placement"]
+
+
+# ------------------------------------------------------------------ one run folder for every rank
+TIMESTAMP = "%Y-%m-%d_%H-%M-%S"
+
+
+def shared_run_id(env: Mapping[str, str] | None = None) -> str | None:
+    """A name every rank of a multi-process launch reads alike: ``srun`` with several tasks gives
+    ``slurm-<job>.<step>``, ``torchrun`` with several processes ``torchrun-<rendezvous id>`` (a
+    uuid under ``--standalone``; ``--rdzv-id`` otherwise, unset is ``none``: no id). None for one
+    process, or when the launcher gives no id."""
+    env = os.environ if env is None else env
+    try:
+        launcher, _, _, world = _ranks(env)
+    except PlacementError:
+        return None
+    if world <= 1:
+        return None
+    if launcher == "srun" and env.get("SLURM_JOB_ID"):
+        return f"slurm-{env['SLURM_JOB_ID']}" + (f".{env['SLURM_STEP_ID']}" if env.get("SLURM_STEP_ID") else "")
+    rdzv = env.get("TORCHELASTIC_RUN_ID", "")
+    if launcher == "torchrun" and rdzv and rdzv != "none":
+        return f"torchrun-{rdzv}"
+    return None
+
+
+def run_stamp(env: Mapping[str, str] | None = None) -> str:
+    """The last part of the default run folder (``configs/hydra/default.yaml``, resolver
+    ``arl_run_stamp``): :func:`shared_run_id` when the launcher gives one, else the time to the
+    second, which ranks started across a second boundary would read differently
+    (:func:`run_folder_problem` refuses that)."""
+    import datetime
+
+    return shared_run_id(env) or datetime.datetime.now().strftime(TIMESTAMP)
+
+
+def run_folder_problem(run_dir: str, placement: Placement, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the ranks of this launch may write into different run folders, or None.
+
+    ``run_dir``: this process's ``hydra.run.dir``. Lightning's own spawner hands its run folder to
+    the processes it starts; torchrun and srun start every rank on its own, so a folder named by the
+    time (the default without a launcher id) can differ between ranks, and their checkpoint shards
+    would land in different folders."""
+    import re
+
+    if placement.world_size <= 1 or placement.launcher not in ("torchrun", "srun") or shared_run_id(env):
+        return None
+    if not re.search(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d$", str(run_dir).rstrip("/")):
+        return None  # a folder the user named: the same on every rank
+    how = "srun (SLURM_JOB_ID)" if placement.launcher == "srun" else "torchrun --rdzv-id=<id> (or --standalone)"
+    return (f"{placement.world_size} processes started by {placement.launcher} would each name the run folder by the time "
+            f"they start ({run_dir}), and ranks started a second apart write into different folders: set "
+            f"hydra.run.dir=<one folder for every rank> (e.g. hydra.run.dir=logs/train/runs/$SLURM_JOB_ID), or launch "
+            f"with an id the ranks share: {how}")
+

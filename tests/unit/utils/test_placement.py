@@ -97,3 +97,50 @@ def test_trainer_processes_counts_devices_and_nodes_by_hand():
     assert trainer_processes({"devices": "auto", "accelerator": "cpu"}, cuda_count=8) == 1  # one CPU process
     assert trainer_processes({"devices": -1, "accelerator": "gpu"}, cuda_count=0) == 1
     assert trainer_processes({}) == 1
+
+
+# --------------------------------------------------------------------------- one run folder
+
+
+def test_the_run_folder_is_named_by_an_id_every_rank_reads_alike():
+    from arl.utils.placement import run_stamp, shared_run_id
+
+    srun = {**SRUN, "SLURM_JOB_ID": "4711", "SLURM_STEP_ID": "0"}
+    assert shared_run_id(srun) == run_stamp(srun) == "slurm-4711.0"
+    torchrun = {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "8c1f"}
+    assert run_stamp(torchrun) == "torchrun-8c1f"
+    # no shared id: one process, torchrun without a rendezvous id, an srun job without its id
+    for env in ({}, {**torchrun, "TORCHELASTIC_RUN_ID": "none"}, {**SRUN}, {"SLURM_JOB_ID": "4711"}):
+        assert shared_run_id(env) is None
+        stamp = run_stamp(env)
+        assert len(stamp) == 19 and stamp[4] == "-" and stamp[10] == "_", stamp  # %Y-%m-%d_%H-%M-%S
+
+
+def test_ranks_that_could_name_different_folders_are_refused():
+    from arl.utils.placement import run_folder_problem
+
+    torchrun = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none", "GROUP_RANK": "0"}
+    p = resolve_placement(torchrun, cuda_count=2)
+    stamped = "logs/train/runs/2026-12-05_02-30-59"
+    problem = run_folder_problem(stamped, p, torchrun)
+    assert problem and "hydra.run.dir=" in problem and "--rdzv-id" in problem
+    assert run_folder_problem("logs/train/runs/exp1", p, torchrun) is None  # named by the user
+    assert run_folder_problem(stamped, p, {**torchrun, "TORCHELASTIC_RUN_ID": "abc"}) is None  # a shared id
+    lightning = {"LOCAL_RANK": "1", "WORLD_SIZE": "2", "NODE_RANK": "0"}  # its spawner passes its folder on
+    assert run_folder_problem(stamped, resolve_placement(lightning, cuda_count=0), lightning) is None
+    assert run_folder_problem(stamped, resolve_placement({}, cuda_count=0), {}) is None
+    srun = {**SRUN}
+    assert "SLURM_JOB_ID" in run_folder_problem(stamped, resolve_placement(srun, cuda_count=8), srun)
+
+
+def test_train_refuses_a_torchrun_launch_without_a_shared_run_folder(tmp_path):
+    """src/train.py as torchrun would start rank 0 of 2 without --rdzv-id: exit 2 naming hydra.run.dir."""
+    from arl_testing import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+    env.update(LOCAL_RANK="0", RANK="0", WORLD_SIZE="2", GROUP_RANK="0", TORCHELASTIC_RUN_ID="none",
+               PYTHONPATH=str(ROOT / "src"))
+    proc = subprocess.run([sys.executable, str(ROOT / "src" / "train.py"), "debug=smoke", "dry_run=true",
+                           "trainer=ddp", f"paths.log_dir={tmp_path}"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "config error: hydra.run.dir: 2 processes started by torchrun" in proc.stderr
