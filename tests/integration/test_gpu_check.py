@@ -46,6 +46,23 @@ def test_the_gpu_check_runs_its_cpu_dry_run(tmp_path, tiny_path):
     assert (tmp_path / "gpu_check_logs" / "gpu_check_multi" / "bc_policy_hf").is_dir()
     bare = json.loads((tmp_path / "gpu_check_cpu.json").read_text())
     assert bare["fsdp2"] and bare["tokens_per_s"] > 0
+    # the engine it used is said and recorded: a check that never ran vLLM does not pass for one that did
+    summary = json.loads((tmp_path / "gpu_check_summary.json").read_text())
+    assert summary["engine"] == "hf" and not summary["vllm_checked"] and summary["skipped"] == []
+    assert "the vLLM path NOT checked" in proc.stdout and summary["seconds"] <= summary["budget_s"]
+
+
+def test_the_gpu_check_keeps_to_its_time_budget(tmp_path):
+    """With too little of ARL_GPU_CHECK_BUDGET left a step is skipped and named, and the check ends
+    INCOMPLETE (exit 3) instead of running past the device tool's limit."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
+           "ARL_GPU_CHECK_MULTI": "0", "ARL_GPU_CHECK_BUDGET": "30"}
+    proc = subprocess.run(["bash", str(GPU_CHECK), "--cpu-dry-run"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "== SKIPPED: train.py (1 process)" in proc.stdout and "INCOMPLETE" in proc.stdout
+    summary = json.loads((tmp_path / "gpu_check_summary.json").read_text())
+    assert summary["skipped"] == ["train.py (1 process)", "the bare FSDP2 steps (cpu)"]
 
 
 def python_without_the_kit(folder: Path) -> Path:
