@@ -194,7 +194,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     setup = Setup(
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
         compute=compute, lora_rank=lora.r if lora.enabled else None,
-        lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0,
+        lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0 and not lora.enabled,
         checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
         row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
@@ -275,7 +275,7 @@ def _capacity(plan_cfg: Mapping[str, Any], on_gpu: bool, machine: Machine, devic
 
 def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:
     """Host memory of one node (not checked): every process loads the full policy and deep-copies
-    its reference (and, under FSDP, the engine's copy) before sharding; afterwards the engine's copy
+    its reference (none under LoRA) and, under FSDP, the engine's copy, before sharding; afterwards the engine's copy
     (FSDP with vLLM: kept on the host) and vLLM's sleeping weights (pinned host memory) stay."""
     p = arch.params() * s.master_bytes
     start = p * (1 + int(s.reference) + int(s.sharded))

@@ -147,3 +147,20 @@ def test_lora_with_gradient_checkpointing_trains_the_adapters(cloned, tmp_path):
     changed = [k for k in before if float((before[k] - after[k]).abs().max()) > 1e-7]
     assert changed and all("proj" in k for k in changed)  # only the adapted projections moved
     assert torch.equal(before["model.embed_tokens.weight"], after["model.embed_tokens.weight"])
+
+
+def test_lora_through_bc_and_rl_keeps_the_bc_policy_as_reference(tmp_path):
+    """BC trains LoRA adapters, the pipeline folds them into the base before RL, and the RL reference
+    is the policy with its fresh adapters off: at the first update (one step, before it moves) the
+    KL to the reference is 0, as with a full copy. Without the fold the reference would be the
+    untrained base, far from the cloned policy."""
+    from arl.run.pipeline import train
+
+    rec = Record()
+    cfg = compose([*RUN, "model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=32", "bc.episodes=40",
+                   "bc.epochs=1", "bc.optimizer.lr=1e-2", "bc.val_untrained=false", "bc.bootstrap.enabled=false",
+                   "bc.dagger.enabled=false", "algo=sampo", "algo.filter.name=none", "rl.mini_batches=1",
+                   "rl.mini_batch_size=null"], output_dir=str(tmp_path))
+    results = train(cfg, callbacks=[rec])
+    assert results["bc/samples"] > 0 and rec.metrics[0]["actor/optimizer_steps"] == 1
+    assert abs(rec.metrics[0]["actor/kl_loss"]) < 1e-6, rec.metrics[0]["actor/kl_loss"]

@@ -18,6 +18,39 @@ def test_kl_coef_zero_builds_no_reference(tiny):
     assert build_rl_module(compose([]), model, tok).reference is not None
 
 
+def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
+    """No copy of a LoRA policy: the KL term's log-probs are the policy's with its adapters off, the
+    base model's, also after the adapters have moved."""
+    import torch
+
+    from arl.models.config import LoraSettings
+    from arl.models.loading import load_policy
+    from arl.modules.forward import forward_log_probs
+    from arl.run.builders import build_rl_module
+
+    lora = LoraSettings(enabled=True, r=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "v_proj"))
+    policy, tok = load_policy(tiny_path, lora=lora)
+    base, _ = load_policy(tiny_path)
+    module = build_rl_module(compose([]), policy, tok)
+    assert module.reference is None and module.algo.kl.coef > 0
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05)  # the adapters moved: the policy is no longer the base
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, len(tok), (2, 12), generator=g)
+    response = torch.zeros(2, 12)
+    response[:, 6:] = 1
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
+            "position_ids": torch.arange(12).repeat(2, 1)}
+    module._ref_log_probs(data)
+    with torch.no_grad():
+        want, _ = forward_log_probs(base.eval(), data, module.temperature)
+        moved, _ = forward_log_probs(policy.eval(), data, module.temperature)
+    torch.testing.assert_close(data["ref_log_probs"], want * response, atol=1e-5, rtol=0)
+    assert (moved - want).abs().max() > 1e-3  # the adapters were on outside the reference
+
+
 @pytest.mark.parametrize("trainer", sorted(p.stem for p in (CONFIG_DIR / "trainer").glob("*.yaml")))
 def test_every_trainer_config_validates(trainer):
     validate_config(compose([f"trainer={trainer}"]))

@@ -31,6 +31,7 @@ from arl.datamodules.batches import (
     turn_values_to_tokens,
     with_protocol_names,
 )
+from arl.models.lora import is_peft_model, reference_context
 from arl.modules.forward import CHUNK_TOKENS, forward_log_probs
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
@@ -46,7 +47,9 @@ class AgenticRLModule(LightningModule):
 
     Args:
         policy: the causal LM being trained (an HF ``PreTrainedModel``).
-        reference: a frozen copy for the KL term, or None when ``algo.kl.coef == 0``.
+        reference: a frozen copy for the KL term, or None: no KL term (``algo.kl.coef == 0``), or a
+            LoRA policy, whose reference is itself with the adapters off
+            (:func:`arl.models.lora.reference_context`; the BC adapters folded into its base first).
         tokenizer: the policy's tokenizer (padding id).
         algo: the ``algo`` group, typed (:class:`arl.algos.schema.AlgoConfig`) or a mapping validated here.
         optimizer: a partial optimiser (``_partial_: true``) taking the parameters.
@@ -283,10 +286,17 @@ class AgenticRLModule(LightningModule):
     def _ref_log_probs(self, data: dict[str, torch.Tensor] | None) -> None:
         """Set ``data['ref_log_probs']`` (B, L) under the reference when the KL term is on
         (``kl.coef > 0``). A rank without rows (``data`` None) still runs the scoring forwards."""
-        if self.reference is not None and self.algo.kl.coef > 0:
+        if self.algo.kl.coef <= 0:
+            return
+        if self.reference is not None:
             ref = self._score(self.reference, data)
-            if data is not None:
-                data["ref_log_probs"] = ref
+        elif is_peft_model(self.policy):  # the base weights: no copy of the model
+            with reference_context(self.policy):
+                ref = self._score(self.policy, data)
+        else:
+            raise RuntimeError("algo.kl.coef > 0 needs a reference: a frozen copy, or a LoRA policy (adapters off)")
+        if data is not None:
+            data["ref_log_probs"] = ref
 
     def _iteration_metrics(self, batch: RolloutBatch, times: dict[str, float]) -> Metrics:
         """Timings (``perf/*``, seconds, the slowest rank's; ``times`` from :meth:`training_step`),
@@ -583,6 +593,8 @@ class AgenticRLModule(LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.reference is None and "state_dict" in checkpoint:  # a LoRA run's checkpoint from when it kept a copy
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("reference.")}
         state = checkpoint.get("arl", {})
         self.iteration = state.get("iteration", 0)
         self.skipped_steps = state.get("skipped_steps", 0)

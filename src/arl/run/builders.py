@@ -22,6 +22,7 @@ from arl.algos.schema import algo_config
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.models.config import ModelSettings, model_settings
+from arl.models.lora import is_peft_model
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
@@ -216,12 +217,13 @@ def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
 
 
 def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
-    """The RL LightningModule of the plain config ``c``; the frozen reference exists only when
-    ``algo.kl.coef > 0``."""
+    """The RL LightningModule of the plain config ``c``; the frozen reference copy exists only when
+    ``algo.kl.coef > 0`` and the policy has no LoRA adapters (a LoRA policy's reference is itself
+    with the adapters off, which needs no copy)."""
     c = container(c)
     run = run_settings(c)
     algo = schema.replace(algo_config(c["algo"]), **{"loss.horizon": loss_horizon(c)})
-    reference = copy.deepcopy(model) if algo.kl.coef > 0 else None
+    reference = copy.deepcopy(model) if algo.kl.coef > 0 and not is_peft_model(model) else None
     rl = run.rl
     return AgenticRLModule(
         model,

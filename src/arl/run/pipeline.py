@@ -27,6 +27,7 @@ from omegaconf import DictConfig, open_dict
 from arl.callbacks import WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.models.loading import save_hf
+from arl.models.lora import fold_adapters, is_peft_model
 from arl.run.bc_stage import finish_bc_only, run_bc
 from arl.run.builders import (
     build_agent_loop,
@@ -77,6 +78,8 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     if run.bc.enabled and not run.model.init_from and ckpt is None:
         bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
         results.update(bc_results)
+        if run.rl.enabled and is_peft_model(model):  # the BC adapters become the base: the RL reference (the
+            model = fold_adapters(model, run.model.lora)  # policy with fresh adapters off) is the BC policy
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
         return finish_bc_only(c, results, loop, engine, out_dir)
 

@@ -221,7 +221,7 @@ class Setup:
             ``sharding.mixed_precision``, FSDP1 ``bf16-mixed``, ``bf16-true``); ``autocast``
             (``precision: bf16-mixed`` without FSDP: fp32 weights, bf16 matmuls).
         lora_rank, lora_targets: LoRA adapters (None: every parameter trains).
-        reference: a frozen reference copy exists (``algo.kl.coef > 0``).
+        reference: a frozen reference copy exists (``algo.kl.coef > 0`` without LoRA).
         checkpointing: activation checkpointing of every block.
         logit_chunk_tokens: C, scored positions projected onto the vocabulary at once
             (``model.logit_chunk_tokens``).
@@ -315,8 +315,9 @@ def weights_bytes(arch: Architecture, s: Setup) -> int:
 
 
 def reference_bytes(arch: Architecture, s: Setup) -> int:
-    """The frozen reference: a deep copy of the policy (``arl.run.builders.build_rl_module``, also under
-    LoRA, where it copies base and adapters), sharded like it; 0 without a KL term."""
+    """The frozen reference: a deep copy of the policy (``arl.run.builders.build_rl_module``), sharded
+    like it; 0 without a KL term and under LoRA (the reference is the policy with its adapters off:
+    ``reference`` is False there)."""
     return weights_bytes(arch, s) if s.reference else 0
 
 
@@ -566,7 +567,8 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
         Row("policy weights", weights_bytes(arch, s),
             f"{count(arch.params())} params x {s.master_bytes} B{shard}" + (" + fp32 adapters" if lora else "")),
         Row("reference (frozen)", reference_bytes(arch, s),
-            "a copy of the policy" + shard if s.reference else "none: algo.kl.coef = 0"),
+            "a copy of the policy" + shard if s.reference else
+            "none: the LoRA policy with its adapters off" if s.lora_rank else "none: algo.kl.coef = 0"),
         Row("gradients", gradient_bytes(arch, s),
             f"{trained} x 4 B{shard}" + (" x 2 (DDP buckets)" if s.strategy == "ddp" else "")),
         Row("AdamW moments", optimizer_bytes(arch, s), f"{trained} x 2 x 4 B{shard}"),
@@ -686,7 +688,8 @@ def suggestions(arch: Architecture, s: Setup) -> list[Change]:
     if not s.checkpointing:
         add(f"{ckpt_key}=true", replace(s, checkpointing=True))
     if s.lora_rank is None:
-        add("model.lora.enabled=true", replace(s, lora_rank=16), "adapters of rank 16 train; the reference stays a full copy")
+        add("model.lora.enabled=true", replace(s, lora_rank=16, reference=False),
+            "adapters of rank 16 train; the reference is the policy with its adapters off")
     if s.device == "gpu":
         n = s.shards if s.sharded else 1
         per_node = max(n // s.nodes, 1)
