@@ -191,12 +191,17 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     vllm_memory = {} if vcfg is None else {"vllm_utilization": vcfg.gpu_memory_utilization,
                                            "vllm_sleep": vcfg.enable_sleep_mode and on_gpu}
     capacity, source = _capacity(c.get("plan") or {}, on_gpu, machine, devices)
+    row_tokens = int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"])
+    bc = c.get("bc") or {}
+    bc_trains = bool(bc.get("enabled")) and int(bc.get("epochs") or 0) > 0 and not model.init_from
+    # a BC step takes this rank's share of a global batch (arl.datamodules.sft_datamodule.GlobalBatchShares)
+    bc_tokens = -(-int(bc["batch_size"]) // (devices * nodes)) * row_tokens if bc_trains else 0
     setup = Setup(
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
         compute=compute, lora_rank=lora.r if lora.enabled else None,
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0 and not lora.enabled,
         checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
-        row_tokens=int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"]), engine=str(rollout["engine"]),
+        bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
         vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),
         hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),

@@ -27,6 +27,9 @@ def test_the_paper_preset_fits_eight_141_gb_gpus():
     assert "placement: this process is rank 0 of 1 (local rank 0, single) on cpu" in out.stdout
     assert "Qwen/Qwen3-4B: 36 layers, hidden 2560, intermediate 9728, 32 heads, 8 KV heads, head dim 128" in out.stdout
     assert "FSDP2 over 8 shards" in out.stdout and "fits in 141.0 GiB" in out.stdout
+    # behaviour cloning first: a step on this rank's 64 / 8 rows of up to 4608 tokens is planned too
+    assert "bc phase" in out.stdout and "BC batch share of 36864 tokens" in out.stdout
+    assert "bc phase" not in plan_cli(*PAPER, "plan.gpu_memory_gb=141", "bc.enabled=false").stdout
 
 
 def test_the_paper_preset_on_16_gb_names_the_keys_to_change():
@@ -38,18 +41,20 @@ def test_the_paper_preset_on_16_gb_names_the_keys_to_change():
     assert "it will not start" in out.stdout  # vLLM's half of 16 GiB cannot hold its bf16 weights and one sequence
 
 
-def test_without_a_gpu_the_plan_assumes_80_gb_and_the_budget_comes_first():
+def test_without_a_gpu_the_plan_assumes_80_gb_and_names_the_scoring_chunk():
     """The preset fits 80 GB at its 32768-token micro-batches, scoring 1024 positions at a time;
     scoring all 32768 at once (six fp32 copies of their logits, 111 GiB) does not, and a smaller
-    micro-batch or a smaller scoring chunk each fits."""
+    scoring chunk fits; a smaller RL micro-batch alone does not, since a BC step (64 / 8 rows of up to
+    4608 tokens, not cut into micro-batches) scores as many."""
     out = plan_cli(*PAPER)
     assert out.returncode == 0 and "6 x 1024 tok (one chunk) x 151936 vocab" in out.stdout
     out = plan_cli(*PAPER, "model.logit_chunk_tokens=32768")
     assert out.returncode == 3, out.stdout + out.stderr
     assert "no GPU visible: 80 GiB assumed" in out.stdout
-    changes = out.stdout.split("largest saving first")[1].splitlines()[1:3]
-    assert changes[0].split()[0] == "rl.micro_token_budget=16384" and "fits" in changes[0]
-    assert changes[1].split()[0] == "model.logit_chunk_tokens=16384" and "fits" in changes[1]
+    changes = out.stdout.split("largest saving first")[1].splitlines()[1:]
+    assert changes[0].split()[0] == "model.logit_chunk_tokens=16384" and "fits" in changes[0]
+    assert not any("fits" in line for line in changes[1:] if line.startswith("  rl.micro_token_budget"))
+    assert plan_cli(*PAPER, "model.logit_chunk_tokens=32768", "bc.enabled=false", "rl.micro_token_budget=16384").returncode == 0
 
 
 def test_a_placement_the_launcher_does_not_say_exits_4():
@@ -79,7 +84,7 @@ def test_the_start_up_check_stops_a_gpu_run_that_does_not_fit(monkeypatch):
     h200 = plan_module.Machine(gpus=8, gpu_name="H200", gpu_bytes=140 * 2**30, host_bytes=2**41)
     monkeypatch.setattr(plan_module.Machine, "here", classmethod(lambda cls: h200))
     cfg = compose([*PAPER, "plan.gpu_memory_gb=80", "model.logit_chunk_tokens=32768"])
-    with pytest.raises(ConfigError, match=r"does NOT fit in 80.0 GiB[\s\S]*rl.micro_token_budget=16384"):
+    with pytest.raises(ConfigError, match=r"does NOT fit in 80.0 GiB[\s\S]*model.logit_chunk_tokens=16384"):
         plan_module.startup_check(cfg)
     assert "fits in 140.0 GiB (the visible H200)" in plan_module.startup_check(compose(PAPER))
     assert plan_module.startup_check(compose([*PAPER, "plan.gpu_memory_gb=80", "model.logit_chunk_tokens=32768",

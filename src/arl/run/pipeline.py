@@ -41,7 +41,7 @@ from arl.run.builders import (
 from arl.run.checks import validate_config
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.config import container
-from arl.utils.fsdp import full_state_dict, is_sharded
+from arl.utils.fsdp import full_state_dict, is_fsdp2, is_sharded, iter_full_tensors
 from arl.utils.logging import console, results_table
 
 log = logging.getLogger(__name__)
@@ -172,11 +172,17 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
 
 def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path) -> str:
     """Save the final policy as a HF folder (``policy_hf``, rank 0); sharded, the final weights are
-    gathered into the engine's copy first (every rank takes part). Returns its path."""
+    gathered into the engine's copy first (every rank takes part; under FSDP2 one tensor at a time,
+    so no GPU holds the whole unsharded model while the engine is awake). Returns its path."""
     if engine_model is not model:
         sync_engine(engine, trainer, module)
         if getattr(engine, "model", None) is not engine_model:
-            engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
+            if is_fsdp2(module.policy):  # one gathered tensor at a time into the host copy, not the whole model
+                target = engine_model.state_dict()
+                for name, full in iter_full_tensors(module.policy):
+                    target[name].copy_(full)
+            else:
+                engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
     hf_dir = out_dir / "policy_hf"
     if trainer.is_global_zero:
         hf_dir = save_hf(engine_model, tokenizer, hf_dir)

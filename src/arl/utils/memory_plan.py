@@ -227,6 +227,8 @@ class Setup:
             (``model.logit_chunk_tokens``).
         tokens: padded tokens of one micro-batch (``rl.micro_token_budget``); N is the larger of
             it and ``row_tokens`` (:attr:`micro_tokens`).
+        bc_tokens: padded tokens of this rank's share of one behaviour-cloning batch (its rows x
+            ``row_tokens``; BC steps are not cut into micro-batches); 0: no BC stage.
         row_tokens: T, the widest padded row (``rollout.max_prompt_tokens + max_new_tokens``):
             the attention mask holds T entries per token.
         engine: ``hf`` or ``vllm``.
@@ -253,6 +255,7 @@ class Setup:
     checkpointing: bool = False
     logit_chunk_tokens: int = 1024
     tokens: int = 16384
+    bc_tokens: int = 0
     row_tokens: int = 2048
     engine: str = "hf"
     vllm_utilization: float = 0.5
@@ -517,6 +520,8 @@ class MemoryPlan:
     * ``generation``: the rollout: weights, reference and optimiser state, the engine awake, the
       CUDA context. No gradients: the weight-sync callback frees them (``zero_grad(set_to_none=True)``)
       after every update, before the engine wakes (:mod:`arl.callbacks.weight_sync`).
+    * ``bc`` (with ``setup.bc_tokens``): a behaviour-cloning step, before the RL stage exists: the
+      update's terms for one whole BC batch share (:func:`bc_phase_bytes`), with no reference.
     """
 
     arch: Architecture
@@ -590,7 +595,24 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
               + max(by["logits (score + backward)"], by["block backward"])
               + by["engine asleep / kept during the update"] + by["CUDA context"])
     generation = resident - by["gradients"] + by["engine awake (generation)"] + by["CUDA context"]
-    return MemoryPlan(arch, s, tuple(rows), {"update": update, "generation": generation})
+    phases = {"update": update, "generation": generation}
+    if s.bc_tokens:
+        phases["bc"] = bc_phase_bytes(arch, s)
+    return MemoryPlan(arch, s, tuple(rows), phases)
+
+
+def bc_phase_bytes(arch: Architecture, s: Setup) -> int:
+    """One behaviour-cloning step at its peak: weights, gradients, AdamW (BC's own optimiser), compute
+    copies, the activations of this rank's whole share of a BC batch (``bc_tokens``, or one row when
+    a row is longer) and the larger of one logits chunk and a block's backward over it, the engine
+    asleep (it sleeps while the SFT trains, :class:`arl.callbacks.EngineStart`) and the context. No
+    reference: the RL stage builds it after BC."""
+    b = replace(s, tokens=s.bc_tokens, reference=False)
+    awake, asleep = vllm_bytes(arch, b)
+    hf_resident, _ = hf_engine_bytes(arch, b)
+    return (weights_bytes(arch, b) + gradient_bytes(arch, b) + optimizer_bytes(arch, b) + compute_copy_bytes(arch, b)
+            + kept_activation_bytes(arch, b) + max(logits_bytes(arch, b), block_backward_bytes(arch, b))
+            + asleep + hf_resident + context_bytes(b))
 
 
 def _copies_how(arch: Architecture, s: Setup) -> str:
@@ -726,6 +748,9 @@ def format_plan(plan: MemoryPlan) -> str:
                  "+ max(logits, block backward) + engine asleep + context")
     lines.append(f"generation phase  {plan.phases['generation'] / GIB:8.{d}f} GiB  weights, reference, AdamW (gradients "
                  "freed after the update) + engine awake + context")
+    if "bc" in plan.phases:
+        lines.append(f"bc phase          {plan.phases['bc'] / GIB:8.{d}f} GiB  the update's terms for a BC batch share of "
+                     f"{plan.setup.bc_tokens} tokens, no reference")
     lines.append(verdict_line(plan))
     return "\n".join(lines)
 
@@ -766,6 +791,7 @@ __all__ = [
     "optimizer_bytes",
     "outside_activation_bytes",
     "reference_bytes",
+    "bc_phase_bytes",
     "suggestions",
     "trained_params",
     "verdict_line",

@@ -18,6 +18,7 @@ from arl.utils.memory_plan import (
     Architecture,
     Setup,
     architecture_from_hf_config,
+    bc_phase_bytes,
     block_activation_bytes,
     logits_bytes,
     make_plan,
@@ -72,6 +73,11 @@ def test_a_two_layer_model_by_hand_on_one_cpu_process():
     assert plan.phases == {"update": 45602304, "generation": 4851968}
     assert plan.peak_bytes == 45602304 and plan.peak_phase == "update" and plan.fits
     assert plan.trainer_bytes() == 45602304
+    # a BC stage whose batch share is 512 tokens: weights + gradients + AdamW 2996224, no reference,
+    # activations 512 x (2 x 7984 + 908) = 8640512, max(logits 6 x 512 x 1000 x 4 = 12288000,
+    # block backward 512 x 2 x 4 x 256 = 1048576) -> 23924736
+    assert bc_phase_bytes(HAND, replace(s, bc_tokens=512)) == 23924736
+    assert make_plan(HAND, replace(s, bc_tokens=512)).phases == {"update": 45602304, "generation": 4851968, "bc": 23924736}
 
 
 def test_the_same_model_sharded_in_bf16_with_checkpointing_and_vllm_by_hand():
