@@ -356,3 +356,31 @@ def test_expert_recovers_from_any_detour(env):
             env.step(parsed.action)
         assert env.won, (seed, moves)
     fresh.close()
+
+
+def _library_copies() -> int:
+    """fast-downward library copies mapped into this process (each a deleted 33 MB temporary file)."""
+    with open("/proc/self/maps") as maps:
+        return len({line.split()[-2] for line in maps if "libdownward.so" in line and "(deleted)" in line})
+
+
+def test_episodes_reuse_engines_so_library_copies_do_not_grow(env):
+    """Each engine holds a copy of fast-downward's library that closing cannot free: a batch of 24
+    episodes at once, played twice, makes at most 24 engines, and the second batch makes none."""
+    import os
+
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("needs /proc (Linux)")
+    first = [_env() for _ in range(24)]
+    for i, e in enumerate(first):
+        e.reset(i % N_GAMES)
+    for e in first:
+        e.close()
+    made, copies = engine_mod.ENGINES_MADE, _library_copies()
+    second = [_env() for _ in range(24)]
+    for i, e in enumerate(second):
+        e.reset((i + 5) % N_GAMES)  # other games on the recycled engines
+    for e in second:
+        e.close()
+    assert engine_mod.ENGINES_MADE == made and _library_copies() == copies
+    assert len(engine_mod._FREE) >= 24
