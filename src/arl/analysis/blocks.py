@@ -264,7 +264,8 @@ def calibration_block(study: Study) -> str:
             "actions: `rollout/valid_action_ratio` of the training episodes (at the training temperature) at the first "
             "and last iteration; "
             "same-outcome groups: `rollout/same_outcome_groups`, zero advantages: `adv/frac_zero`, means over the run "
-            "(- where the runs predate the metric); means over the seeds.")
+            "(- where the runs predate the metric); env errors: training episodes lost to an environment error "
+            "(`rollout/env_errors`, dropped from the batch), summed over the run; means over the seeds.")
 
 
 def cost_block(study: Study) -> str:

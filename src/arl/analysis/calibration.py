@@ -38,6 +38,7 @@ class SettingRow:
     valid_last: float | None
     same_outcome: float | None
     zero_adv: float | None
+    env_errors: float | None = None  # training episodes lost to environment errors, summed over the run
 
     @property
     def gain(self) -> float | None:
@@ -60,6 +61,7 @@ def setting_row(name: str, runs: list[Run]) -> SettingRow:
         valid_last=_mean([r.final("rollout/valid_action_ratio") for r in runs]),
         same_outcome=_mean([r.mean("rollout/same_outcome_groups") for r in runs]),
         zero_adv=_mean([r.mean("adv/frac_zero") for r in runs]),
+        env_errors=_mean([r.total("rollout/env_errors") for r in runs]),
     )
 
 
@@ -89,14 +91,15 @@ def render(table: list[SettingRow]) -> str:
     """The markdown table and the line naming the best setting."""
     lines = [
         "| setting | seeds | gain over the start (mean; per seed) | final success | peak KL | valid actions "
-        "(first -> last iteration) | same-outcome groups | zero advantages |",
-        "|---|---:|---|---:|---:|---|---:|---:|",
+        "(first -> last iteration) | same-outcome groups | zero advantages | env errors |",
+        "|---|---:|---|---:|---:|---|---:|---:|---:|",
     ]
     for r in table:
         per_seed = ", ".join(f"{s}: {g:+.3f}" for s, g in sorted(r.gains.items()))
         lines.append(
             f"| `{r.setting}` | {len(r.gains)} | {_f(r.gain, True)} ({per_seed or '-'}) | {_f(r.final)} | "
-            f"{_f(r.peak_kl)} | {_f(r.valid_first)} -> {_f(r.valid_last)} | {_f(r.same_outcome)} | {_f(r.zero_adv)} |"
+            f"{_f(r.peak_kl)} | {_f(r.valid_first)} -> {_f(r.valid_last)} | {_f(r.same_outcome)} | {_f(r.zero_adv)} | "
+            f"{'-' if r.env_errors is None else f'{r.env_errors:.0f}'} |"
         )
     top = best(table)
     if top is None:

@@ -69,6 +69,11 @@ class Run:
         s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
         return statistics.mean(s) if s else None
 
+    def total(self, tag: str) -> float | None:
+        """Sum over the logged steps (finite values), e.g. episodes lost to environment errors in a run."""
+        s = [v for _, v in self.scalars.get(tag, []) if math.isfinite(v)]
+        return sum(s) if s else None
+
     def start_was_best(self, tag: str = "val/success_rate") -> bool:
         """Whether the first validation (the policy RL started from) beat every later one: the best
         checkpoint is then only the best *after* RL began, not the best policy of the run."""
