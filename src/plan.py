@@ -67,11 +67,12 @@ def main(argv: list[str]) -> int:
     from arl.plan import PlanError, plan_config
     from arl.run.checks import validate_config
     from arl.utils.config import ConfigError
-    from arl.utils.placement import PlacementError, resolve_placement
+    from arl.utils.placement import PlacementError, export_trainer_devices, resolve_placement
 
     try:
         cfg = compose(argv)
         validate_config(cfg)
+        export_trainer_devices(cfg.trainer)
     except (ConfigError, HydraException, OmegaConfBaseException) as err:
         print(f"config error: {err}", file=sys.stderr)
         return EXIT_CONFIG

@@ -33,12 +33,14 @@ def main(cfg: DictConfig) -> float | None:
     from arl.plan import startup_check
     from arl.run.checks import check_machine, validate_config
     from arl.utils.config import ConfigError
+    from arl.utils.placement import export_trainer_devices
     from arl.utils.threads import configure_threads
 
     if cfg.get("explain"):  # which file decided this key? (before validation: an invalid config is explained too)
         return explain(cfg)
     try:
         validate_config(cfg)
+        export_trainer_devices(cfg.trainer)  # a listed trainer.devices places the engines on the trainer's GPUs
         configure_threads(cfg.get("threads", "auto"))  # before any torch work
         check_machine(cfg)
         plan_verdict = startup_check(cfg)  # the memory plan (src/plan.py): a GPU run that does not fit stops here

@@ -19,7 +19,10 @@ The launchers, in the order they are recognised (Lightning's own order for the s
 
 The device of a GPU process is ``cuda:<local rank>``, unless the launcher bound one GPU to each
 task (``srun --gpus-per-task=1``: ``CUDA_VISIBLE_DEVICES`` holds one device, which is then
-``cuda:0`` in every task). A local rank with no such device is an error, not a guess.
+``cuda:0`` in every task), or the trainer lists its devices (``trainer.devices=[4,5,6,7]``, passed
+on as ``ARL_TRAINER_DEVICES`` by :func:`export_trainer_devices`): local rank ``i`` then runs on the
+list's ``i``-th device, as Lightning places it, so the rollout engines share the trainer's GPU.
+A local rank with no such device is an error, not a guess.
 
 :func:`export_placement` writes the result back as ``RANK``/``LOCAL_RANK``/``WORLD_SIZE`` so that
 code that reads only those (vLLM) sees the same numbers; ``LOCAL_RANK`` is the *device index*,
@@ -135,6 +138,31 @@ def trainer_processes(trainer: Mapping, cuda_count: int | None = None) -> int:
     return max(int(devices), 1) * max(int(trainer.get("num_nodes", 1) or 1), 1)
 
 
+TRAINER_DEVICES = "ARL_TRAINER_DEVICES"
+
+
+def export_trainer_devices(trainer: Mapping, env: dict | None = None) -> None:
+    """Write a listed ``trainer.devices`` (``[4, 5, 6, 7]``) into ``ARL_TRAINER_DEVICES`` (``4,5,6,7``)
+    for :func:`resolve_placement`; a count or ``auto`` removes it. ``src/train.py`` and
+    ``src/plan.py`` call it at start-up (Lightning's spawned ranks run the same start-up)."""
+    env = os.environ if env is None else env
+    devices = trainer.get("devices", 1)
+    if isinstance(devices, Sequence) and not isinstance(devices, str):
+        env[TRAINER_DEVICES] = ",".join(str(int(d)) for d in devices)
+    else:
+        env.pop(TRAINER_DEVICES, None)
+
+
+def _listed_devices(env: Mapping[str, str]) -> list[int] | None:
+    value = env.get(TRAINER_DEVICES, "").strip()
+    if not value:
+        return None
+    try:
+        return [int(d) for d in value.split(",")]
+    except ValueError:
+        raise PlacementError(f"{TRAINER_DEVICES}={value!r} is not a list of device indices") from None
+
+
 def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | None = None,
                       group: tuple[int, int] | None = None) -> Placement:
     """This process's :class:`Placement`.
@@ -170,8 +198,15 @@ def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | No
     if not 0 <= rank < world or local < 0:
         raise PlacementError(f"rank {rank} (local {local}) does not fit a world of {world}")
     gpus = _visible_gpus(env, cuda_count)
+    listed = _listed_devices(env)
     if gpus == 0:
         device = "cpu"
+    elif listed is not None:
+        if local >= len(listed) or not 0 <= listed[local] < gpus:
+            raise PlacementError(
+                f"local rank {local} with trainer.devices={listed} ({gpus} GPUs visible): no listed device for this rank"
+            )
+        device = f"cuda:{listed[local]}"
     elif local < gpus:
         device = f"cuda:{local}"
     elif gpus == 1:  # one GPU bound to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)

@@ -144,3 +144,22 @@ def test_train_refuses_a_torchrun_launch_without_a_shared_run_folder(tmp_path):
                            "trainer=ddp", f"paths.log_dir={tmp_path}"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "config error: hydra.run.dir: 2 processes started by torchrun" in proc.stderr
+
+
+def test_a_listed_trainer_device_is_the_ranks_device():
+    """trainer.devices=[4,5,6,7]: local rank i runs on device 4+i, as Lightning places it, so the
+    rollout engines share the trainer's GPU (they took cuda:<local rank> before)."""
+    from arl.utils.placement import export_trainer_devices
+
+    env = {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}
+    export_trainer_devices({"devices": [4, 5, 6, 7]}, env)
+    assert env["ARL_TRAINER_DEVICES"] == "4,5,6,7"
+    assert resolve_placement(env, cuda_count=8) == Placement("torchrun", 1, 1, 4, "cuda:5")
+    assert resolve_placement({"ARL_TRAINER_DEVICES": "3"}, cuda_count=8).device == "cuda:3"  # one process
+    assert resolve_placement(env, cuda_count=0).device == "cpu"
+    with pytest.raises(PlacementError, match="no listed device"):
+        resolve_placement({**env, "ARL_TRAINER_DEVICES": "4"}, cuda_count=8)  # rank 1 of a one-device list
+    with pytest.raises(PlacementError, match="no listed device"):
+        resolve_placement(env, cuda_count=4)  # device 5 is not visible
+    export_trainer_devices({"devices": "auto"}, env)
+    assert "ARL_TRAINER_DEVICES" not in env
