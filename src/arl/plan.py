@@ -189,7 +189,8 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     vcfg = vllm_settings(rollout["vllm"]) if rollout.get("vllm") is not None else None  # rollout=vllm only
     vllm_bytes, max_model_len, kv_bytes = _vllm_terms(rollout, vcfg, arch, on_gpu)
     vllm_memory = {} if vcfg is None else {"vllm_utilization": vcfg.gpu_memory_utilization,
-                                           "vllm_sleep": vcfg.enable_sleep_mode and on_gpu}
+                                           "vllm_sleep": vcfg.enable_sleep_mode and on_gpu,
+                                           "vllm_sleep_level": vcfg.sleep_level}
     capacity, source = _capacity(c.get("plan") or {}, on_gpu, machine, devices)
     row_tokens = int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"])
     bc = c.get("bc") or {}
@@ -281,11 +282,12 @@ def _capacity(plan_cfg: Mapping[str, Any], on_gpu: bool, machine: Machine, devic
 def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:
     """Host memory of one node (not checked): every process loads the full policy and deep-copies
     its reference (none under LoRA) and, under FSDP, the engine's copy, before sharding; afterwards the engine's copy
-    (FSDP with vLLM: kept on the host) and vLLM's sleeping weights (pinned host memory) stay."""
+    (FSDP with vLLM: kept on the host) and, at sleep level 1, vLLM's sleeping weights (pinned host memory)
+    stay; level 2 discards them."""
     p = arch.params() * s.master_bytes
     start = p * (1 + int(s.reference) + int(s.sharded))
     steady = p if s.sharded and s.engine == "vllm" else 0
-    steady += arch.params() * s.vllm_dtype_bytes if s.vllm_sleep else 0
+    steady += arch.params() * s.vllm_dtype_bytes if s.vllm_sleep and s.vllm_sleep_level == 1 else 0
     return (f"host memory per node (not checked): about {world_per_node * start / GIB:.0f} GiB at start-up "
             f"({world_per_node} process{'es' if world_per_node > 1 else ''} x {start / GIB:.1f} GiB: policy"
             + (" + reference copy" if s.reference else "") + (" + engine copy" if s.sharded else "")

@@ -234,6 +234,8 @@ class Setup:
         engine: ``hf`` or ``vllm``.
         vllm_utilization: ``rollout.vllm.gpu_memory_utilization`` (share of the whole device).
         vllm_sleep: sleep mode frees vLLM's memory during the update (GPU only).
+        vllm_sleep_level: 1 offloads vLLM's weights to pinned host memory while it sleeps; 2 (the
+            default) discards them (the weight sync reloads them).
         vllm_kv_cache_bytes: ``rollout.vllm.kv_cache_memory_bytes`` (None: from the utilisation).
         vllm_dtype_bytes: bytes of vLLM's weights and KV cache (2: bf16/fp16; 4: fp32).
         vllm_max_model_len: the longest sequence vLLM must hold (prompt + answer).
@@ -260,6 +262,7 @@ class Setup:
     engine: str = "hf"
     vllm_utilization: float = 0.5
     vllm_sleep: bool = False
+    vllm_sleep_level: int = 2
     vllm_kv_cache_bytes: int | None = None
     vllm_dtype_bytes: int = 2
     vllm_max_model_len: int = 2048

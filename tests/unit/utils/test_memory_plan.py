@@ -271,3 +271,18 @@ def test_a_local_folder_is_read_from_its_config_json(tmp_path):
 def test_an_unknown_hub_id_asks_for_a_local_folder():
     with pytest.raises(PlanError, match=r"pass model.path=<local folder with config.json>"):
         resolve_architecture(model_config("hf", path="nobody/NoSuchModel-7B"))
+
+
+def test_the_host_note_counts_sleeping_engine_weights_only_at_sleep_level_1():
+    """Host memory of a node, by hand for Qwen3-4B on 8 GPUs (FSDP2, vLLM asleep): at start-up each
+    process holds the policy, the reference copy and the engine's copy (3 x P x 4 B = 45.0 GiB); after
+    it, the engine's copy (P x 4 B) and, at sleep level 1 only, vLLM's bf16 weights (P x 2 B)."""
+    from arl.plan import host_note
+
+    arch = KNOWN_ARCHITECTURES["Qwen/Qwen3-4B"]
+    s = Setup(device="gpu", strategy="fsdp2", shards=8, engine="vllm", vllm_sleep=True)
+    p = arch.params()
+    assert f"about {8 * 3 * p * 4 / GIB:.0f} GiB at start-up" in host_note(arch, s, 8)
+    assert f", {8 * p * 4 / GIB:.0f} GiB after" in host_note(arch, s, 8)  # level 2: weights discarded
+    assert f", {8 * p * 6 / GIB:.0f} GiB after" in host_note(arch, replace(s, vllm_sleep_level=1), 8)
+    assert "reference copy" not in host_note(arch, replace(s, reference=False), 8)
