@@ -90,6 +90,9 @@ calibrate: install ## calibrate RL for ENV (sokoban, math_tool, alfworld; script
 study-math-confirmation: install ## the math recipe (lr 1e-5) confirmed: SAMPO and GRPO on fresh seeds 5-8 from the math study's start (~1 h)
 	bash scripts/math_confirmation_study.sh
 
+study-alfworld-confirmation: install ## the calibrated ALFWorld recipe confirmed: SAMPO and GRPO on fresh seeds 4-7 from the ALFWorld study's start (~2.7 h; resumable)
+	bash scripts/alfworld_confirmation_study.sh
+
 study-sokoban: install ## Sokoban from a committed BC start: SAMPO and GRPO on fresh seeds 5-8 at the CPU recipe (~40 min)
 	bash scripts/sokoban_rl_study.sh
 
@@ -108,4 +111,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld calibrate study-math-confirmation study-sokoban arena gpu-kit bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld calibrate study-math-confirmation study-alfworld-confirmation study-sokoban arena gpu-kit bench tb clean-logs

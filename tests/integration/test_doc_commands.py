@@ -122,6 +122,7 @@ SKIPPED = (
     ("bash scripts/alfworld_cpu_study.sh", "run shortened by test_alfworld_cpu_study_runs_shortened"),
     ("bash scripts/math_diagnosis_study.sh", "run shortened by test_math_diagnosis_study_runs_shortened_and_archives"),
     ("bash scripts/math_confirmation_study.sh", "math_study.sh with its seeds and start (run shortened by its test)"),
+    ("bash scripts/alfworld_confirmation_study.sh", "alfworld_cpu_study.sh with its seeds and start (run shortened by its test)"),
     ("bash scripts/sokoban_rl_study.sh", "run shortened by test_calibration_and_sokoban_study_run_shortened"),
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
