@@ -4,7 +4,7 @@
 # (debug/budget/cpu_small_alfworld.yaml, chosen by `make calibrate ENV=alfworld` on seeds 1-2) from the
 # ALFWorld study's committed start (its sha256 checked), on seeds 4-7, which no calibration or pilot of that
 # start used; the ALFWorld study's scope otherwise (two task types, 20 turns, 12 iterations of 4 x 8, 96
-# held-out games at T 0.4 at iterations 0 and 12), then the report (each method's gain over the start,
+# held-out games at T 0.6, top-p 0.95, top-k 20, at iterations 0 and 12), then the report (each method's gain over the start,
 # SAMPO - GRPO, per task type, game by game):
 #   bash scripts/alfworld_confirmation_study.sh                                              # runs, report (resumes)
 #   ARCHIVE=docs/results/alfworld_confirmation bash scripts/alfworld_confirmation_study.sh   # ... and archive them
