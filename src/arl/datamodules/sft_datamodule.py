@@ -51,9 +51,6 @@ class SFTDataModule(LightningDataModule):
         self.seed = seed
         self.val_token_budget = val_token_budget
 
-    def _collate(self, samples):
-        return collate_tokens(samples, self.pad_id)
-
     def _collate_share(self, items):
         """``(sample, weight, global tokens)`` items -> a batch whose ``loss_tokens`` is the
         number of response tokens of the whole global batch (the loss divides by it); a weight-0
@@ -84,14 +81,9 @@ class SFTDataModule(LightningDataModule):
         lengths = [len(s.input_ids) for s in self.val_samples]
         shares = [val_batches(lengths, r, world, self.batch_size, self.val_token_budget) for r in range(world)]
         mine = shares[rank] + [[(0, 0.0)]] * (max(map(len, shares)) - len(shares[rank]))
-        return DataLoader(_Weighted(self.val_samples), batch_sampler=mine, collate_fn=self._collate_weighted)
-
-    def _collate_weighted(self, items):
-        """``(sample, weight)`` items -> a batch whose weight-0 rows score nothing."""
-        batch = collate_tokens([sample for sample, _ in items], self.pad_id)
-        weights = torch.tensor([w for _, w in items], dtype=batch["response_mask"].dtype)
-        batch["response_mask"] = batch["response_mask"] * weights[:, None]
-        return batch
+        tokens = [int(sum(s.response_mask)) for s in self.val_samples]
+        items = [[(i, w, int(sum(tokens[j] * v for j, v in batch))) for i, w in batch] for batch in mine]  # as _Shares reads them
+        return DataLoader(_Shares(self.val_samples), batch_sampler=items, collate_fn=self._collate_share)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -124,20 +116,6 @@ def val_batches(lengths: Sequence[int], rank: int, world: int, max_rows: int, to
     if current:
         batches.append([(j, 1.0) for j in current])
     return batches
-
-
-class _Weighted(Dataset):
-    """``dataset[(i, weight)]`` -> ``(samples[i], weight)``."""
-
-    def __init__(self, samples: Sequence[TokenSample]):
-        self.samples = samples
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, key: tuple[int, float]):
-        i, weight = key
-        return self.samples[i], weight
 
 
 class _Shares(Dataset):

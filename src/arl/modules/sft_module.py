@@ -73,7 +73,8 @@ class BehaviourCloningModule(LightningModule):
         return loss * world
 
     def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(2 * len(VAL_METRICS), dtype=torch.float64)  # weighted sums, then weights
+        # weighted sums, then weights, on the device: adding a batch's metrics needs no host sync
+        self._val_sums = torch.zeros(2 * len(VAL_METRICS), dtype=torch.float64, device=self.device)
 
     def validation_step(self, batch, batch_idx: int):
         """Held-out loss, and how much of the held-out answers greedy decoding would reproduce, on
@@ -82,15 +83,13 @@ class BehaviourCloningModule(LightningModule):
         log_probs, hits = forward_greedy_hits(self.policy, batch, chunk_tokens=self.logit_chunk_tokens)
         metrics, weights = validation_metrics(log_probs, hits, batch["response_mask"])
         for k, name in enumerate(VAL_METRICS):
-            self._val_sums[k] += float(metrics[name]) * weights[name]
+            self._val_sums[k] += metrics[name].double() * weights[name]
             self._val_sums[len(VAL_METRICS) + k] += weights[name]
 
     def on_validation_epoch_end(self) -> None:
         """Each metric over the whole held-out set: the ranks' weighted sums added, divided by
         their weights added (a metric with no weight anywhere is not logged)."""
-        sums = self._val_sums.to(self.device)
-        if self._world_size() > 1:
-            sums = dist_utils.all_reduce_(sums, "sum")
+        sums = dist_utils.all_reduce_(self._val_sums, "sum")  # this rank's own on one process
         n = len(VAL_METRICS)
         for k, name in enumerate(VAL_METRICS):
             if sums[n + k] > 0:

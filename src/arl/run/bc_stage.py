@@ -41,14 +41,15 @@ def _fit_bc_round(
     object is not usable outside its strategy any more), the number of training samples and the
     last held-out metrics (``bc/val_*``; empty without held-out episodes).
     """
-    bc = run_settings(c).bc
+    run = run_settings(c)
+    bc = run.bc
     dm = SFTDataModule(
         episodes, pad_id, bc.batch_size, bc.val_fraction, c["seed"], keep_failed=True, sample_mode=sample_mode,
         val_token_budget=bc.val_token_budget,
     )
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
-        sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run_settings(c).model.logit_chunk_tokens,
+        sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run.model.logit_chunk_tokens,
     )
     # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)

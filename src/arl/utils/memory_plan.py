@@ -610,12 +610,7 @@ def bc_phase_bytes(arch: Architecture, s: Setup) -> int:
     a row is longer) and the larger of one logits chunk and a block's backward over it, the engine
     asleep (it sleeps while the SFT trains, :class:`arl.callbacks.EngineStart`) and the context. No
     reference: the RL stage builds it after BC."""
-    b = replace(s, tokens=s.bc_tokens, reference=False)
-    awake, asleep = vllm_bytes(arch, b)
-    hf_resident, _ = hf_engine_bytes(arch, b)
-    return (weights_bytes(arch, b) + gradient_bytes(arch, b) + optimizer_bytes(arch, b) + compute_copy_bytes(arch, b)
-            + kept_activation_bytes(arch, b) + max(logits_bytes(arch, b), block_backward_bytes(arch, b))
-            + asleep + hf_resident + context_bytes(b))
+    return make_plan(arch, replace(s, tokens=s.bc_tokens, reference=False, bc_tokens=0)).phases["update"]
 
 
 def _copies_how(arch: Architecture, s: Setup) -> str:
@@ -685,17 +680,16 @@ def suggestions(arch: Architecture, s: Setup) -> list[Change]:
         if p.peak_bytes < base.peak_bytes:
             out.append(Change(override, p.peak_bytes, base.peak_bytes - p.peak_bytes, p.fits, note))
 
-    # a smaller micro-batch: the largest power of two below the budget that fits, else the smallest tried
-    budgets = [2**k for k in range(int(math.log2(s.tokens - 1)) if s.tokens > 2 else 0, 7, -1)]
-    fitting = [b for b in budgets if make_plan(arch, replace(s, tokens=b)).fits]
-    if budgets:
-        b = fitting[0] if fitting else budgets[-1]
+    def smaller(now: int, field_name: str) -> int | None:
+        """The largest power of two below ``now`` (down to 256) whose plan fits, else the smallest tried."""
+        tried = [2**k for k in range(int(math.log2(now - 1)) if now > 2 else 0, 7, -1)]
+        fitting = [v for v in tried if make_plan(arch, replace(s, **{field_name: v})).fits]
+        return (fitting[0] if fitting else tried[-1]) if tried else None
+
+    if (b := smaller(s.tokens, "tokens")) is not None:  # a smaller micro-batch
         add(f"rl.micro_token_budget={b}", replace(s, tokens=b),
             f"a row of up to {s.row_tokens} tokens still goes alone" if b < s.row_tokens else "")
-    chunks = [2**k for k in range(int(math.log2(logit_rows(s) - 1)) if logit_rows(s) > 2 else 0, 7, -1)]
-    fitting = [c for c in chunks if make_plan(arch, replace(s, logit_chunk_tokens=c)).fits]
-    if chunks:
-        c = fitting[0] if fitting else chunks[-1]
+    if (c := smaller(logit_rows(s), "logit_chunk_tokens")) is not None:  # a smaller scoring chunk
         add(f"model.logit_chunk_tokens={c}", replace(s, logit_chunk_tokens=c), "the same scores, more head matmuls")
     if s.engine == "vllm" and s.device == "gpu":
         if not s.vllm_sleep:

@@ -308,11 +308,13 @@ def run_folder_problem(run_dir: str, placement: Placement, env: Mapping[str, str
     the processes it starts; torchrun and srun start every rank on its own, so a folder named by the
     time (the default without a launcher id) can differ between ranks, and their checkpoint shards
     would land in different folders."""
-    import re
+    import datetime
 
     if placement.world_size <= 1 or placement.launcher not in ("torchrun", "srun") or shared_run_id(env):
         return None
-    if not re.search(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d$", str(run_dir).rstrip("/")):
+    try:
+        datetime.datetime.strptime(os.path.basename(str(run_dir).rstrip("/")), TIMESTAMP)
+    except ValueError:
         return None  # a folder the user named: the same on every rank
     how = "srun (SLURM_JOB_ID)" if placement.launcher == "srun" else "torchrun --rdzv-id=<id> (or --standalone)"
     return (f"{placement.world_size} processes started by {placement.launcher} would each name the run folder by the time "
