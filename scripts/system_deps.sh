@@ -3,12 +3,14 @@
 #   bubblewrap       the math sandbox's strongest lane (without it: landlock/seccomp + rlimits,
 #                    and the bubblewrap tests skip)
 #   cmake, a C++ compiler   the alfworld extra builds parts of its engine
+#   chromium         headless, for the episode viewer's browser tests (src/view.py; without it they skip)
 # Elsewhere it says what is missing and how to get it, and carries on.
 set -u
 need=()
 command -v bwrap >/dev/null || need+=(bubblewrap)
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(build-essential)
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "install: apt-get install ${need[*]}"

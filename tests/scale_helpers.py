@@ -321,3 +321,21 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def tb_texts(folder: Path) -> dict[str, dict[int, str]]:
+    """Every text summary of one TensorBoard folder: ``{tag: {step: markdown}}`` (the tag as given
+    to ``add_text``, without the writer's ``/text_summary`` suffix)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tensor_util
+
+    acc = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    acc.Reload()
+    out: dict[str, dict[int, str]] = {}
+    for tag in acc.Tags()["tensors"]:
+        if not tag.endswith("/text_summary"):
+            continue
+        for event in acc.Tensors(tag):
+            text = tensor_util.make_ndarray(event.tensor_proto).item()
+            out.setdefault(tag[: -len("/text_summary")], {})[event.step] = text.decode() if isinstance(text, bytes) else text
+    return out

@@ -65,9 +65,10 @@ def test_eval_cli_on_the_run(smoke_run):
     # every episode, turn by turn, in the eval run's folder
     (path,) = (out / "eval_logs").rglob("val_episodes.jsonl")
     records = [json.loads(line) for line in path.read_text().splitlines()]
-    assert len(records) == 4 and all(r["turns"] for r in records)
-    turn = records[0]["turns"][0]
-    assert set(turn) == {"response", "action", "valid", "reason", "reward"} and isinstance(turn["response"], str)
+    assert len(records) == 4 and all(r["turns"] == len(r["turn_log"]) >= 1 for r in records)
+    turn = records[0]["turn_log"][0]
+    assert set(turn) == {"observation", "response", "action", "valid", "reason", "reward", "truncated", "anchor"}
+    assert isinstance(turn["response"], str) and turn["observation"]  # what the agent saw, as text
 
 
 def test_trajectory_mode_with_env_workers_trains(tmp_path):
@@ -131,8 +132,22 @@ def test_validation_reports_success_per_task_type(tmp_path):
     for step in (0, 1):
         rows = [json.loads(line) for line in (tmp_path / "val_episodes" / f"iter{step}.jsonl").read_text().splitlines()]
         assert [r["seed"] for r in rows] == sorted(type_of)
-        assert all(r["task_type"] == type_of[r["seed"]] and r["turns"] >= 1 for r in rows)
+        assert all(r["task_type"] == type_of[r["seed"]] and r["turns"] == len(r["turn_log"]) >= 1 for r in rows)
+        assert all(turn["observation"] and "response" in turn for r in rows for turn in r["turn_log"])
         assert sum(r["won"] for r in rows) / len(rows) == pytest.approx(overall[step])
         for t in types:
             won = [r["won"] for r in rows if r["task_type"] == t]
             assert sum(won) / len(won) == pytest.approx(dict(per_type[t])[step])
+    # beside the curves, a won and a lost episode per task type (where there is one) as text, each validation
+    from arl.callbacks.val_episodes import sample_episodes
+    from scale_helpers import tb_texts
+
+    texts = tb_texts(tmp_path / "tensorboard" / "rl")
+    for step in (0, 1):
+        rows = [json.loads(line) for line in (tmp_path / "val_episodes" / f"iter{step}.jsonl").read_text().splitlines()]
+        chosen = dict(sample_episodes(rows, cfg.seed, step))
+        assert {tag for tag, by_step in texts.items() if step in by_step} == {f"val_samples/{t}" for t in chosen}
+        for tag, row in chosen.items():
+            text = texts[f"val_samples/{tag}"][step]
+            first_line = (row["turn_log"][0]["response"].splitlines() or [""])[0][:20]
+            assert f"task seed {row['seed']}," in text and "**turn 1**" in text and first_line in text

@@ -64,7 +64,7 @@ def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0
             result = env.step(parsed.action if parsed.valid else loop.spec.invalid_action)
             ep.turns.append(
                 Turn(prompt, ids, [0.0] * len(ids), text, parsed.action, parsed.valid, parsed.reason,
-                     float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))))
+                     float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))), observation=obs)
             )
             history.append(HistoryItem(obs, parsed.action, float(result.reward)))
             ep.won = bool(result.info.get("won", False))

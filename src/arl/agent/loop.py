@@ -260,6 +260,7 @@ class AgentLoop:
                     anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
                     truncated=gen.finish_reason == "length",
                     expert_text=labels[slot][0] if slot in labels else None,
+                    observation=obs[slot],
                 )
             )
             histories[slot].append(

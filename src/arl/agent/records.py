@@ -32,6 +32,7 @@ class Turn:
     anchor_key: int
     truncated: bool = False  # the response hit max_new_tokens
     expert_text: str | None = None  # the expert's answer to this turn's state (DAgger rollouts only)
+    observation: str = ""  # the environment's text this turn answered (for reading episodes; not trained on)
 
 
 @dataclass
@@ -57,3 +58,30 @@ class Episode:
     @property
     def num_turns(self) -> int:
         return len(self.turns)
+
+
+def episode_record(episode: Episode) -> dict:
+    """One played episode as a JSON-ready dict, to read turn by turn: the summary the reports pair
+    game by game (``seed``, ``task_type``, ``won``, ``return``, ``turns`` and ``valid_turns``
+    counts) and ``turn_log``, per turn the observation it answered, the policy's whole response,
+    the action parsed from it, whether it was valid (and why not), the reward, whether the answer
+    hit ``max_new_tokens`` and the GiGPO anchor key (as 16 hex digits: turns of one game with the
+    same key share an anchor state). ``src/eval.py`` and the validation files of a training run
+    write it; ``src/view.py`` reads it."""
+    return {
+        "seed": episode.seed,
+        "task_type": episode.task_type,
+        "won": bool(episode.won),
+        "return": float(episode.ret),
+        "turns": len(episode.turns),
+        "valid_turns": sum(bool(t.valid) for t in episode.turns),
+        "episode_id": episode.episode_id,
+        "score": float(episode.score),
+        "env_error": bool(episode.env_error),
+        "turn_log": [
+            {"observation": t.observation, "response": t.response_text, "action": t.action, "valid": bool(t.valid),
+             "reason": t.reason, "reward": float(t.reward), "truncated": bool(t.truncated),
+             "anchor": f"{t.anchor_key & (2**64 - 1):016x}"}
+            for t in episode.turns
+        ],
+    }

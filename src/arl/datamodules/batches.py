@@ -60,7 +60,8 @@ class ValidationBatch:
     """Held-out episodes (this rank's share): ``results`` has (E,) ``won`` (bool), ``ret``
     (float), ``turns`` and ``valid_turns`` (int64) of the episodes without an environment error;
     ``protocol`` is ``val_sampled`` or ``val_greedy``; ``task_types`` names each row's task type
-    (ALFWorld's six, MATH's two) and ``seeds`` its task seed (both empty when the batch predates them)."""
+    (ALFWorld's six, MATH's two) and ``seeds`` its task seed (both empty when the batch predates them);
+    ``records`` holds each row's :func:`~arl.agent.records.episode_record` (its turns as text)."""
 
     results: dict[str, torch.Tensor]
     iteration: int
@@ -68,6 +69,7 @@ class ValidationBatch:
     protocol: str = ""
     task_types: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
+    records: tuple[dict, ...] = ()
 
 
 def with_protocol_names(metrics: Mapping[str, float], protocol: str) -> dict[str, float]:

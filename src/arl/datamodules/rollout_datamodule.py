@@ -42,7 +42,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from arl.agent.loop import AgentLoop, Task
 from arl.agent.metrics import episode_metrics
-from arl.agent.records import Episode
+from arl.agent.records import Episode, episode_record
 from arl.agent.samples import collate_episodes, episode_table
 from arl.datamodules.batches import RolloutBatch, ValidationBatch
 from arl.envs.base import VAL_SEED_BASE
@@ -131,7 +131,8 @@ class _ValStream(IterableDataset):
         ):
             good = [e for e in eps if not e.env_error]  # the rows of episode_table
             yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
-                                  tuple(e.task_type for e in good), tuple(int(e.seed) for e in good))
+                                  tuple(e.task_type for e in good), tuple(int(e.seed) for e in good),
+                                  tuple(episode_record(e) for e in good))
 
 
 class RolloutDataModule(LightningDataModule):

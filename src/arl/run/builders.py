@@ -1,6 +1,6 @@
 """Builders: the parts of a run made from the composed config (docs/design.md section 3).
 
-Engine, agent loop, sampling parameters, loggers, strategy and Trainer, the RL module and its
+Engine, agent loop, sampling parameters, strategy and Trainer (its loggers: ``arl.run.loggers``), the RL module and its
 rollout DataModule. Training (:mod:`arl.run.pipeline`, :mod:`arl.run.bc_stage`) and evaluation
 (:mod:`arl.run.evaluation`) both build from here; nothing here runs a stage.
 """
@@ -26,6 +26,7 @@ from arl.models.lora import is_peft_model
 from arl.modules.rl_module import AgenticRLModule
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
+from arl.run.loggers import build_loggers, log_hyperparameters
 from arl.run.settings import RolloutSettings, env_settings, rollout_settings, run_settings
 from arl.utils.config import container
 from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
@@ -110,24 +111,6 @@ def build_agent_loop(c: Mapping[str, Any], engine, tokenizer) -> AgentLoop:
     )
 
 
-def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = None) -> list:
-    """Instantiate the ``logger`` group with the stage as TensorBoard version (``bc``, ``rl``).
-
-    ``purge_step`` (resumed runs): TensorBoard drops the steps >= it that an earlier event file
-    of the same version holds, so a curve has no duplicated iteration after a resume.
-    """
-    loggers = []
-    for _, lg_cfg in (c.get("logger") or {}).items():
-        if lg_cfg is not None and "_target_" in lg_cfg:
-            kwargs: dict[str, Any] = {}
-            if "TensorBoardLogger" in lg_cfg["_target_"]:
-                kwargs["version"] = stage
-                if purge_step is not None:
-                    kwargs["purge_step"] = purge_step
-            loggers.append(instantiate(lg_cfg, **kwargs))
-    return loggers
-
-
 def build_strategy(trainer_cfg: dict[str, Any], model=None):
     """``trainer.strategy`` as an object (or its string/None), completed from ``trainer.sharding``.
 
@@ -177,9 +160,11 @@ def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None,
     kwargs = dict(overrides)
     if strategy is not None:
         kwargs["strategy"] = strategy
-    return instantiate(
+    trainer = instantiate(
         tcfg, logger=build_loggers(c, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail, **kwargs
     )
+    log_hyperparameters(trainer.loggers, c)
+    return trainer
 
 
 def loss_horizon(c: Mapping[str, Any]) -> int:

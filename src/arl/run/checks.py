@@ -254,7 +254,8 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     """What the composed config needs from this machine, checked at start-up before anything is
     built (``src/train.py`` calls it after :func:`validate_config`, also in a dry run).
 
-    A GPU trainer needs a GPU; ``rollout=vllm`` needs the vllm package; a local model folder
+    A GPU trainer needs a GPU; ``rollout=vllm`` needs the vllm package; a tracker logger
+    (``logger=wandb``, ``mlflow``) its package; a local model folder
     (``model.path``, ``model.init_from``) and the data files an env config names
     (``env.kwargs.*_path`` / ``*_dir``, ALFWorld's ``games``) must exist. Raises :class:`ConfigError` saying what is
     missing and, for a GPU, the CPU alternative.
@@ -280,6 +281,11 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
                 + CPU_ALTERNATIVE
             )
         _check_vllm(c)
+    from arl.run.loggers import tracker_problem
+
+    problem = tracker_problem(c)
+    if problem:
+        raise ConfigError(problem)
     model = model_settings(c["model"])
     _check_launch(c, model)
     for key, value in (("init_from", model.init_from), ("path", model.path)):

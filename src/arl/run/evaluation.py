@@ -12,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
-from arl.agent.records import Episode
+from arl.agent.records import episode_record
 from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
 from arl.models.config import model_settings
@@ -40,7 +40,7 @@ def run_validation(
     """Episodes on the held-out seeds, group size 1, sampled with the ``val_*`` keys (greedy when
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
-    (:func:`episode_record`)."""
+    (:func:`arl.agent.records.episode_record`: the summary and the turns, text and all)."""
     from arl.run.builders import sampling_params
 
     r = rollout_settings(rollout)
@@ -52,24 +52,6 @@ def run_validation(
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
     return with_protocol_names(episode_metrics(episodes, "val/"), validation_protocol(params))
-
-
-def episode_record(episode: Episode) -> dict[str, Any]:
-    """One played episode as text, to read turn by turn: what the policy answered, the action
-    parsed from it, whether it was valid (and why not) and the reward, per turn."""
-    return {
-        "episode_id": episode.episode_id,
-        "seed": episode.seed,
-        "task_type": episode.task_type,
-        "won": episode.won,
-        "score": episode.score,
-        "return": episode.ret,
-        "env_error": episode.env_error,
-        "turns": [
-            {"response": t.response_text, "action": t.action, "valid": t.valid, "reason": t.reason, "reward": t.reward}
-            for t in episode.turns
-        ],
-    }
 
 
 def run_config_file(ckpt: Path) -> Path | None:
