@@ -4,7 +4,9 @@
 # the results record, each validation's episodes (val_episodes/, when the run wrote them) and the best
 # checkpoint's name (best_checkpoint.txt): enough for `python src/report.py <dest>` to rebuild every
 # table and plot. Unfinished runs are counted and left for a later call; runs archived before with the same
-# rl_results.json are left as they are.
+# rl_results.json are left as they are. The episodes keep their summaries (seed, task type, won, return,
+# turns) and lose their turn-by-turn text (turn_log: about 1 MB per ALFWorld validation), which stays in
+# the run folder for `python src/view.py <run>`; KEEP_TURNS=1 archives it too.
 #   bash scripts/archive_runs.sh logs/study/stage1 docs/results/arena_stage1/runs
 set -euo pipefail
 SRC=${1:?multirun folder}
@@ -28,6 +30,13 @@ for run in "$SRC"/*/; do
     rm -rf "$DEST/$name/$(basename "$part")"
     cp -a "$part" "$DEST/$name/"
   done
+  if [ -d "$DEST/$name/val_episodes" ] && [ "${KEEP_TURNS:-0}" != 1 ]; then
+    for file in "$DEST/$name"/val_episodes/iter*.jsonl; do
+      python3 -c 'import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+open(sys.argv[1], "w").writelines(json.dumps({k: v for k, v in r.items() if k != "turn_log"}) + "\n" for r in rows)' "$file"
+    done
+  fi
   # -d: a sharded best checkpoint is a folder, named itself rather than listed
   best=$(ls -td "$run"/checkpoints/best-*.ckpt 2>/dev/null | head -1 || true)
   if [ -n "$best" ]; then basename "$best" > "$DEST/$name/best_checkpoint.txt"; fi

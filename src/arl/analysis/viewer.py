@@ -1,0 +1,167 @@
+"""The episode viewer: every validation episode under a folder as one self-contained HTML page.
+
+``python src/view.py <folder>`` finds the validation files below ``<folder>`` (a training run's
+``val_episodes/iter<k>.jsonl``, an eval run's ``val_episodes.jsonl``, a study archive's runs, or
+one such file) and writes one HTML file that opens from disk, offline, with no server: the
+episodes filtered by outcome, task type, validation iteration, run seed and run; each episode turn
+by turn (the observation, the model's whole response with its thinking greyed, the parsed action,
+valid or why not, the reward, the GiGPO anchor key); and two validations on the same games side by
+side (games gained and lost, McNemar's exact test, as ``src/compare.py`` counts them). The data sit
+in the page as JSON; the browser renders one page of the list and one episode at a time, so
+thousands of episodes stay quick (``bench/viewer.py`` times it).
+
+Files written before the turn logs (or archived without them, ``scripts/archive_runs.sh``) hold a
+summary per episode; the page shows it and says the turns are missing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arl.utils.episode_files import iteration_of
+
+PAGE = Path(__file__).with_name("viewer_page.html")
+EVAL_FILE = "val_episodes.jsonl"
+_SEED_IN_NAME = re.compile(r"seed_?(\d+)(?!.*seed)")
+SUMMARY_ONLY = ("this file holds episode summaries only (written before validation files kept the turns, or "
+                "archived without them: scripts/archive_runs.sh); the run folder's own files have them")
+
+
+@dataclass
+class ValidationFile:
+    """One validation's episode file: ``run`` (the run folder relative to the viewed folder),
+    ``iteration`` (the RL iteration, None for an eval run) and the run's ``seed`` when known."""
+
+    path: Path
+    run: str
+    iteration: int | None
+    run_seed: int | None
+
+    @property
+    def iteration_label(self) -> str:
+        return "eval" if self.iteration is None else str(self.iteration)
+
+    @property
+    def label(self) -> str:
+        return f"{self.run} @ " + ("eval" if self.iteration is None else f"iter {self.iteration}")
+
+
+def _run_seed(run_dir: Path) -> int | None:
+    """The run's ``seed`` from its ``.hydra/config.yaml``, else a ``seed<k>`` in its folder name."""
+    config = run_dir / ".hydra" / "config.yaml"
+    if config.exists():
+        match = re.search(r"^seed:\s*(-?\d+)\s*$", config.read_text(), re.MULTILINE)
+        if match:
+            return int(match.group(1))
+    match = _SEED_IN_NAME.search(run_dir.name)
+    return int(match.group(1)) if match else None
+
+
+def find_validations(root: Path) -> list[ValidationFile]:
+    """The validation files under ``root`` (or ``root`` itself when it is one), ordered by run and
+    iteration (an eval file last in its run)."""
+    root = Path(root)
+    if root.is_file():
+        k = iteration_of(root)
+        run_dir = root.parent.parent if k is not None else root.parent
+        return [ValidationFile(root, run_dir.name or str(run_dir), k, _run_seed(run_dir))]
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} does not exist")
+    found = []
+    for path in root.rglob("*.jsonl"):
+        k = iteration_of(path)
+        if k is not None and path.parent.name == "val_episodes":
+            run_dir = path.parent.parent
+        elif path.name == EVAL_FILE:
+            run_dir = path.parent
+        else:
+            continue
+        rel = run_dir.relative_to(root).as_posix()
+        found.append(ValidationFile(path, root.resolve().name if rel == "." else rel, k, _run_seed(run_dir)))
+    found.sort(key=lambda f: (f.run, f.iteration is None, f.iteration or 0))
+    return found
+
+
+def page_data(root: Path) -> dict[str, Any]:
+    """What the page shows: ``validations`` (run, iteration, run seed, label, a note on what is
+    missing) and ``episodes`` (each row of each file, with ``v``, its validation's index)."""
+    files = find_validations(root)
+    if not files:
+        raise FileNotFoundError(
+            f"no validation episodes under {root}: expected <run>/val_episodes/iter<k>.jsonl (training runs) or "
+            f"<eval run>/{EVAL_FILE} (src/eval.py)"
+        )
+    validations, episodes, notes = [], [], []
+    summary_only = 0
+    for v, f in enumerate(files):
+        rows = [json.loads(line) for line in f.path.read_text().splitlines() if line.strip()]
+        has_turns = any(isinstance(r.get("turn_log"), list) or isinstance(r.get("turns"), list) for r in rows)
+        summary_only += not has_turns
+        validations.append({"key": f"{f.run}@{f.iteration_label}", "run": f.run, "iteration": f.iteration,
+                            "iteration_label": f.iteration_label, "run_seed": f.run_seed, "label": f.label,
+                            "file": f.path.relative_to(root).as_posix() if Path(root).is_dir() else f.path.name,
+                            "missing": None if has_turns else SUMMARY_ONLY})
+        for row in rows:
+            episodes.append(_episode(row, v))
+    if summary_only:
+        notes.append(f"{summary_only} of {len(files)} validation files hold episode summaries only, no turns: "
+                     + SUMMARY_ONLY + ".")
+    return {"source": str(root), "validations": validations, "episodes": episodes, "notes": notes}
+
+
+def _episode(row: dict[str, Any], v: int) -> dict[str, Any]:
+    """A file row as the page reads it; an eval file written before the shared record (``turns``
+    the list of turns) is read as one."""
+    out = dict(row, v=v)
+    if isinstance(row.get("turns"), list):  # eval.py's record before turn_log
+        log = row["turns"]
+        out["turn_log"] = log
+        out["turns"] = len(log)
+        out.setdefault("valid_turns", sum(bool(t.get("valid")) for t in log))
+    out.setdefault("task_type", "")
+    out["won"] = bool(out.get("won"))
+    out.setdefault("return", 0.0)
+    out.setdefault("valid_turns", 0)
+    if "turn_log" not in out:
+        out["turn_log"] = None
+    return out
+
+
+def render_page(data: dict[str, Any], title: str) -> str:
+    """The HTML page with ``data`` inside (as JSON a ``</script>`` in an episode cannot end)."""
+    blob = json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    return PAGE.read_text().replace("__ARL_TITLE__", html.escape(title)).replace("__ARL_DATA__", blob)
+
+
+def write_viewer(root: Path, out: Path | None = None, title: str | None = None) -> Path:
+    """Write the viewer page of ``root``'s episodes to ``out`` (default: ``<root>/episodes.html``,
+    beside a file when ``root`` is one). Returns its path."""
+    root = Path(root)
+    data = page_data(root)
+    if out is None:
+        out = (root.parent if root.is_file() else root) / "episodes.html"
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = len(data["episodes"])
+    page = render_page(data, title or f"ARL episodes: {root.resolve().name} ({n} episodes)")
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def find_chromium() -> str | None:
+    """The system Chromium's executable (``scripts/system_deps.sh`` installs it), or None: the
+    viewer's browser tests and ``bench/viewer.py`` drive it through Playwright."""
+    import os
+    import shutil
+
+    for name in (os.environ.get("ARL_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
+        if name and (path := shutil.which(name)):
+            return path
+    return None

@@ -1,0 +1,40 @@
+"""Write the episode viewer: one self-contained HTML page of every validation episode under a folder.
+
+    python src/view.py logs/sampo_sokoban/runs/<time>                 # a training run: each validation
+    python src/view.py logs/eval/runs/<time>                          # an eval run's val_episodes.jsonl
+    python src/view.py docs/results/alfworld_calibration --out /tmp/alf.html   # a study archive
+    python src/view.py <run>/val_episodes/iter12.jsonl                # one file
+
+Open the page in any browser, offline: filter by outcome, task type, iteration, run seed and run;
+read an episode turn by turn; put two validations side by side on the same games
+(``arl.analysis.viewer``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
+
+
+def main(argv: list[str] | None = None) -> int:
+    from arl.analysis.viewer import write_viewer
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("folder", type=Path, help="a run folder, eval folder, study archive or episodes file")
+    ap.add_argument("--out", type=Path, default=None, help="the HTML file (default: <folder>/episodes.html)")
+    ap.add_argument("--title", default=None, help="the page's title")
+    args = ap.parse_args(argv)
+    try:
+        out = write_viewer(args.folder, args.out, args.title)
+    except FileNotFoundError as err:
+        print(f"view: {err}", file=sys.stderr)
+        return 2
+    print(f"view: {out} ({out.stat().st_size / 1e6:.1f} MB); open it in a browser")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

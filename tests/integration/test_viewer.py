@@ -1,0 +1,144 @@
+"""The episode viewer (src/view.py) in a real headless Chromium: the page of a real short run and
+of an archived study, checked through the DOM: every episode reachable, the filters change what is
+shown, a turn shows its response and reward, two validations compare game by game."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from arl.analysis.games import game_pairs
+from arl.analysis.viewer import find_chromium, page_data, write_viewer
+from arl_testing import ROOT, compose
+
+playwright = pytest.importorskip("playwright.sync_api")
+CHROMIUM = find_chromium()
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/system_deps.sh installs it)")
+ARCHIVE = ROOT / "docs" / "results" / "alfworld_calibration"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_page(browser, html: Path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(html.resolve().as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    page.errors = errors
+    return page
+
+
+def file_rows(root: Path) -> dict[str, dict]:
+    """Every episode of the viewed folder's files, by the key the page gives its row."""
+    out = {}
+    for v in page_data(root)["validations"]:
+        for line in (root / v["file"]).read_text().splitlines():
+            row = json.loads(line)
+            out[f"{v['key']}|{row['seed']}"] = row
+    return out
+
+
+def shown_keys(page) -> list[str]:
+    """The row keys of every page of the list, paging with the next button."""
+    keys = []
+    while True:
+        keys += page.eval_on_selector_all("#list tbody tr", "rows => rows.map(r => r.dataset.key)")
+        if page.is_disabled("#next"):
+            return keys
+        page.click("#next")
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    from arl.run.pipeline import train
+
+    out = tmp_path_factory.mktemp("viewer_run")
+    cfg = compose(["debug=smoke", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=4",
+                   "rollout.max_new_tokens=12", "algo.filter.name=none"], output_dir=str(out))
+    train(cfg)
+    return out
+
+
+def test_the_page_of_a_run_shows_every_episode_filters_and_turns(browser, short_run):
+    html = write_viewer(short_run)
+    rows = file_rows(short_run)
+    assert len(rows) == 8  # 4 held-out games at iterations 0 and 1
+    page = open_page(browser, html)
+    page.select_option("#page-size", "25")
+    assert sorted(shown_keys(page)) == sorted(rows)  # every episode reachable
+    assert page.inner_text("#count").startswith("8 of 8 episodes shown")
+    # a filter changes what is shown
+    page.select_option("#f-iter", "1")
+    assert page.inner_text("#count").startswith("4 of 8 episodes shown")
+    assert set(page.eval_on_selector_all("#list tbody tr td:nth-child(2)", "c => c.map(x => x.textContent)")) == {"1"}
+    page.select_option("#f-outcome", "won")
+    won = sum(r["won"] for k, r in rows.items() if "@1|" in k)
+    assert page.inner_text("#count").startswith(f"{won} of 8 episodes shown")
+    page.select_option("#f-outcome", "")
+    # an episode turn by turn: the response and reward of its first turn, as the file has them
+    page.click("#list tbody tr >> nth=0")
+    key = page.get_attribute("#list tbody tr >> nth=0", "data-key")
+    turn = rows[key]["turn_log"][0]
+    first = page.locator("#detail-body .turn[data-turn='1']")
+    assert first.locator("pre.response").text_content() == turn["response"]
+    assert first.locator("pre.observation").text_content() == turn["observation"] != ""
+    assert first.locator(".reward").text_content() == f"{turn['reward']:+.2f}"
+    assert page.locator("#detail-body .turn").count() == rows[key]["turns"]
+    # two validations on the same games: the counts game_pairs gives, and both episodes side by side
+    before = {r["seed"]: r["won"] for k, r in rows.items() if "@0|" in k}
+    after = {r["seed"]: r["won"] for k, r in rows.items() if "@1|" in k}
+    n, won_before, won_after, gained, lost = game_pairs(before, after)
+    summary = page.inner_text("#cmp-summary")
+    assert f"{n} games in both: won before {won_before}, after {won_after}; {gained} gained, {lost} lost" in summary
+    page.select_option("#cmp-show", "all")
+    page.click("#cmp-games tbody tr >> nth=0")
+    assert page.is_visible("#side-a [data-episode]") and page.is_visible("#side-b [data-episode]")
+    assert page.errors == []
+
+
+def test_the_page_of_an_archived_study_reaches_every_episode_and_says_what_is_missing(browser, tmp_path):
+    if not ARCHIVE.is_dir():
+        pytest.skip("the ALFWorld calibration archive is not in this checkout")
+    html = write_viewer(ARCHIVE, tmp_path / "archive.html")
+    rows = file_rows(ARCHIVE)
+    page = open_page(browser, html)
+    page.select_option("#page-size", "1000")
+    assert sorted(shown_keys(page)) == sorted(rows) and len(rows) == 8 * 2 * 96
+    assert "summaries only" in page.inner_text("#notes")
+    page.select_option("#f-seed", "2")
+    assert page.inner_text("#count").startswith(f"{len(rows) // 2} of {len(rows)} episodes shown")
+    page.click("#list tbody tr >> nth=0")
+    assert "Turns not recorded" in page.inner_text("#detail-body")
+    assert page.errors == []
+
+
+def test_text_that_looks_like_html_stays_text(browser, tmp_path):
+    """A response holding ``</script>`` or tags is shown as written, and the page still loads."""
+    row = {"seed": 3, "task_type": "t", "won": True, "return": 1.0, "turns": 1, "valid_turns": 1,
+           "turn_log": [{"observation": "<b>x</b>", "response": "<think>a</script><img src=x></think> go", "action": "go",
+                         "valid": True, "reason": "", "reward": 1.0, "truncated": False, "anchor": "00"}]}
+    (tmp_path / "val_episodes.jsonl").write_text(json.dumps(row) + "\n")
+    page = open_page(browser, write_viewer(tmp_path))
+    page.click("#list tbody tr >> nth=0")
+    assert page.locator("pre.response").text_content() == row["turn_log"][0]["response"]
+    assert page.locator("pre.response .think").count() == 1 and page.locator("#detail-body img").count() == 0
+    assert page.errors == []
+
+
+def test_the_command_line(tmp_path):
+    bad = subprocess.run([sys.executable, str(ROOT / "src" / "view.py"), str(tmp_path / "nothing")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr
+    (tmp_path / "run" / "val_episodes").mkdir(parents=True)
+    (tmp_path / "run" / "val_episodes" / "iter4.jsonl").write_text(json.dumps({"seed": 1, "won": False}) + "\n")
+    ok = subprocess.run([sys.executable, str(ROOT / "src" / "view.py"), str(tmp_path / "run")], capture_output=True, text=True)
+    assert ok.returncode == 0 and (tmp_path / "run" / "episodes.html").exists()
