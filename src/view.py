@@ -4,6 +4,7 @@
     python src/view.py logs/eval/runs/<time>                          # an eval run's val_episodes.jsonl
     python src/view.py docs/results/alfworld_calibration --out /tmp/alf.html   # a study archive
     python src/view.py <run>/val_episodes/iter12.jsonl                # one file
+    python src/view.py logs/cmp/start_s1 logs/cmp/rl_s1 --out cmp.html  # two eval runs on the same games
 
 Open the page in any browser, offline: filter by outcome, task type, iteration, run seed and run;
 read an episode turn by turn; put two validations side by side on the same games
@@ -23,12 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     from arl.analysis.viewer import write_viewer
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("folder", type=Path, help="a run folder, eval folder, study archive or episodes file")
-    ap.add_argument("--out", type=Path, default=None, help="the HTML file (default: <folder>/episodes.html)")
+    ap.add_argument("folders", type=Path, nargs="+", help="run folders, eval folders, study archives or episodes files")
+    ap.add_argument("--out", type=Path, default=None, help="the HTML file (default: <first folder>/episodes.html)")
     ap.add_argument("--title", default=None, help="the page's title")
     args = ap.parse_args(argv)
     try:
-        out = write_viewer(args.folder, args.out, args.title)
+        out = write_viewer(args.folders, args.out, args.title)
     except FileNotFoundError as err:
         print(f"view: {err}", file=sys.stderr)
         return 2

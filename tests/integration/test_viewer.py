@@ -142,3 +142,25 @@ def test_the_command_line(tmp_path):
     (tmp_path / "run" / "val_episodes" / "iter4.jsonl").write_text(json.dumps({"seed": 1, "won": False}) + "\n")
     ok = subprocess.run([sys.executable, str(ROOT / "src" / "view.py"), str(tmp_path / "run")], capture_output=True, text=True)
     assert ok.returncode == 0 and (tmp_path / "run" / "episodes.html").exists()
+
+
+def test_two_eval_runs_side_by_side(browser, tmp_path):
+    """``src/view.py start rl``: two eval folders on the same games, compared as compare.py counts."""
+    won = {"start": [True, False, False, True], "rl": [True, True, True, False]}
+    for name, outcomes in won.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "val_episodes.jsonl").write_text("".join(
+            json.dumps({"seed": 10 + i, "task_type": "t", "won": w, "return": float(w), "turns": 1, "valid_turns": 1,
+                        "turn_log": [{"observation": f"{name} {i}", "response": "r", "action": "a", "valid": True,
+                                      "reason": "", "reward": float(w)}]}) + "\n"
+            for i, w in enumerate(outcomes)))
+    out = tmp_path / "cmp.html"
+    proc = subprocess.run([sys.executable, str(ROOT / "src" / "view.py"), str(tmp_path / "start"), str(tmp_path / "rl"),
+                           "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    page = open_page(browser, out)
+    assert page.inner_text("#cmp-summary").startswith("4 games in both: won before 2, after 3; 2 gained, 1 lost")
+    page.click("#cmp-games tbody tr >> nth=0")  # game 11: lost at the start, won after
+    assert page.locator("#side-a pre.observation").text_content() == "start 1"
+    assert page.locator("#side-b pre.observation").text_content() == "rl 1"
+    assert page.errors == []

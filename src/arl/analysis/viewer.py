@@ -87,18 +87,27 @@ def find_validations(root: Path) -> list[ValidationFile]:
     return found
 
 
-def page_data(root: Path) -> dict[str, Any]:
-    """What the page shows: ``validations`` (run, iteration, run seed, label, a note on what is
-    missing) and ``episodes`` (each row of each file, with ``v``, its validation's index)."""
-    files = find_validations(root)
-    if not files:
-        raise FileNotFoundError(
-            f"no validation episodes under {root}: expected <run>/val_episodes/iter<k>.jsonl (training runs) or "
-            f"<eval run>/{EVAL_FILE} (src/eval.py)"
-        )
+def page_data(roots: Path | list[Path]) -> dict[str, Any]:
+    """What the page of one folder or several shows: ``validations`` (run, iteration, run seed,
+    label, the file relative to its folder, a note on what is missing) and ``episodes`` (each row of
+    each file, with ``v``, its validation's index). With several folders (two eval runs, say) each
+    run is named after its folder too."""
+    roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
+    files: list[tuple[Path, ValidationFile]] = []
+    for root in roots:
+        found = find_validations(root)
+        if not found:
+            raise FileNotFoundError(
+                f"no validation episodes under {root}: expected <run>/val_episodes/iter<k>.jsonl (training runs) or "
+                f"<eval run>/{EVAL_FILE} (src/eval.py)"
+            )
+        for f in found:
+            if len(roots) > 1 and root.is_dir() and f.run != root.resolve().name:
+                f.run = f"{root.resolve().name}/{f.run}"
+            files.append((root, f))
     validations, episodes, notes = [], [], []
     summary_only = 0
-    for v, f in enumerate(files):
+    for v, (root, f) in enumerate(files):
         rows = [json.loads(line) for line in f.path.read_text().splitlines() if line.strip()]
         has_turns = any(isinstance(r.get("turn_log"), list) or isinstance(r.get("turns"), list) for r in rows)
         summary_only += not has_turns
@@ -111,7 +120,7 @@ def page_data(root: Path) -> dict[str, Any]:
     if summary_only:
         notes.append(f"{summary_only} of {len(files)} validation files hold episode summaries only, no turns: "
                      + SUMMARY_ONLY + ".")
-    return {"source": str(root), "validations": validations, "episodes": episodes, "notes": notes}
+    return {"source": ", ".join(map(str, roots)), "validations": validations, "episodes": episodes, "notes": notes}
 
 
 def _episode(row: dict[str, Any], v: int) -> dict[str, Any]:
@@ -138,17 +147,19 @@ def render_page(data: dict[str, Any], title: str) -> str:
     return PAGE.read_text().replace("__ARL_TITLE__", html.escape(title)).replace("__ARL_DATA__", blob)
 
 
-def write_viewer(root: Path, out: Path | None = None, title: str | None = None) -> Path:
-    """Write the viewer page of ``root``'s episodes to ``out`` (default: ``<root>/episodes.html``,
-    beside a file when ``root`` is one). Returns its path."""
-    root = Path(root)
-    data = page_data(root)
+def write_viewer(roots: Path | list[Path], out: Path | None = None, title: str | None = None) -> Path:
+    """Write the viewer page of the episodes under ``roots`` (a folder or file, or several) to
+    ``out`` (default: ``<first folder>/episodes.html``, beside a file). Returns its path."""
+    roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
+    data = page_data(roots)
+    root = roots[0]
     if out is None:
         out = (root.parent if root.is_file() else root) / "episodes.html"
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = len(data["episodes"])
-    page = render_page(data, title or f"ARL episodes: {root.resolve().name} ({n} episodes)")
+    names = " + ".join(r.resolve().name for r in roots)
+    page = render_page(data, title or f"ARL episodes: {names} ({n} episodes)")
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
