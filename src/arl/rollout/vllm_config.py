@@ -27,6 +27,7 @@ from arl.utils.schema import (
 )
 
 VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
+LOAD_FORMATS = ("dummy", "auto", "safetensors", "pt")  # dummy: no checkpoint read (the first sync loads the weights)
 SLEEP_LEVEL = Check(
     "`1` \\| `2`", lambda value: None if value in (1, 2) and not isinstance(value, bool) else "must be 1 or 2", int
 )
@@ -45,6 +46,7 @@ class VLLMSettings:
     max_model_len: int | None = required(optional(integer(1)))
     kv_cache_memory_bytes: int | None = required(optional(integer(1)))
     seed: int = required(integer(0))
+    load_format: str = required(one_of(LOAD_FORMATS))
     passthrough: dict = rest("other vllm.LLM arguments, passed as they are")
 
 

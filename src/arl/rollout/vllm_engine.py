@@ -244,7 +244,7 @@ def llm_kwargs(
         "gpu_memory_utilization": v.gpu_memory_utilization, "dtype": v.dtype, "enforce_eager": v.enforce_eager,
         "tensor_parallel_size": v.tensor_parallel_size, "enable_sleep_mode": v.enable_sleep_mode,
         "max_model_len": v.max_model_len, "seed": v.seed, "kv_cache_memory_bytes": v.kv_cache_memory_bytes,
-        **v.passthrough,
+        "load_format": v.load_format, **v.passthrough,
     }
     rollout_cfg = rollout_cfg or {}
     if cfg["max_model_len"] is None and "max_prompt_tokens" in rollout_cfg and "max_new_tokens" in rollout_cfg:
@@ -343,7 +343,7 @@ def _remove_at_exit(path: Path) -> None:
     atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
-def model_folder(model, tokenizer, dtype: str | None = None) -> tuple[Path, Path | None, bool]:
+def model_folder(model, tokenizer, dtype: str | None = None, weights: bool = True) -> tuple[Path, Path | None, bool]:
     """(model folder, tokenizer folder or None for the same, whether the folder is a fresh save).
 
     Uses ``model.name_or_path`` when it is a local HF folder, or the HF cache's snapshot of it when
@@ -352,6 +352,8 @@ def model_folder(model, tokenizer, dtype: str | None = None) -> tuple[Path, Path
     and which is also removed when the process exits. ``dtype`` (``bfloat16``/``float16``) saves
     that copy in the engine's precision: half the disk of the fp32 master weights on every rank
     (the engine's weights are synced from the trainer right after it is built anyway).
+    ``weights=False`` (``load_format: dummy``, where vLLM reads the config only) saves the config,
+    generation config and tokenizer of such a model and no weights at all.
     """
     name = str(getattr(model, "name_or_path", "") or "")
     src = Path(name)
@@ -368,8 +370,14 @@ def model_folder(model, tokenizer, dtype: str | None = None) -> tuple[Path, Path
     _remove_at_exit(out)
     import torch
 
-    half = {"bfloat16": torch.bfloat16, "float16": torch.float16, "half": torch.float16}.get(str(dtype))
     base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # peft: the plain model
+    if not weights:
+        base.config.save_pretrained(out)
+        if getattr(base, "generation_config", None) is not None:
+            base.generation_config.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        return out, None, True
+    half = {"bfloat16": torch.bfloat16, "float16": torch.float16, "half": torch.float16}.get(str(dtype))
     state = {}
     for key, value in base.state_dict().items():
         hf = hf_weight_name(key)  # peft's base_layer names become plain ones; the adapters come with the sync
@@ -453,7 +461,10 @@ class VLLMEngine:
             kwargs["enable_sleep_mode"] = False
         on_gpu = current_platform.device_type != "cpu"
         save_dtype = "bfloat16" if on_gpu and kwargs.get("dtype") in (None, "auto") else kwargs.get("dtype")
-        folder, tok_folder, fresh = model_folder(model, tokenizer, dtype=save_dtype)
+        # load_format dummy (the default): vLLM reads the config only and starts from random weights,
+        # which the sync below replaces; no rank reads or writes a checkpoint for it
+        folder, tok_folder, fresh = model_folder(model, tokenizer, dtype=save_dtype,
+                                                 weights=kwargs.get("load_format") != "dummy")
         cleanup = [p for p, own in ((folder, fresh), (tok_folder, tok_folder is not None)) if own and p is not None]
         # vLLM's CPU worker binds OpenMP threads and replaces torch.set_num_threads with a no-op for
         # the whole process; the trainer shares this process, so both are restored afterwards.

@@ -136,6 +136,7 @@ def test_llm_kwargs_defaults_derivation_and_passthrough():
     assert kw["logprobs_mode"] == "processed_logprobs"
     assert "sleep_level" not in kw and "kv_cache_memory_bytes" not in kw  # ours / None -> vLLM's default
     assert kw["seed"] == 0 and kw["tensor_parallel_size"] == 1 and kw["enable_sleep_mode"] is True  # the yaml's
+    assert kw["load_format"] == "dummy"  # the first sync loads the weights: vLLM reads none
     capped = llm_kwargs(vllm_config(), {"max_prompt_tokens": 4000, "max_new_tokens": 512}, model_max_len=2048)
     assert capped["max_model_len"] == 2048
     explicit = llm_kwargs(vllm_config(max_model_len=300), {"max_prompt_tokens": 4000, "max_new_tokens": 512})
@@ -165,6 +166,7 @@ def test_llm_kwargs_on_a_cpu_are_exact_eager_and_sized_from_the_batch():
     ({"sleep_level": 3}, r"rollout\.vllm\.sleep_level=3 must be 1 or 2"),
     ({"gpu_memory_utilization": 0.0}, r"rollout\.vllm\.gpu_memory_utilization=0\.0 is out of range"),
     ({"seed": None}, r"rollout\.vllm\.seed=None must be an integer"),
+    ({"load_format": "gguf"}, r"rollout\.vllm\.load_format='gguf' is not valid"),
 ])
 def test_the_vllm_block_is_checked_and_open(changes, match):
     """Each key the engine reads is checked (every bad one named); a key it does not name is kept for
@@ -200,6 +202,13 @@ def test_model_folder_reuses_or_saves(tiny, tiny_path, tmp_path):
         with safe_open(str(folder / "model.safetensors"), "pt") as f:
             name = next(iter(f.keys()))
             assert f.get_tensor(name).dtype == torch.bfloat16
+    finally:
+        shutil.rmtree(folder)
+    # load_format dummy: the config and tokenizer only, no weights written
+    folder, tok_folder, fresh = model_folder(unsaved, tok, dtype="bfloat16", weights=False)
+    try:
+        assert fresh and (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists()
+        assert not list(folder.glob("*.safetensors")) and not list(folder.glob("*.bin"))
     finally:
         shutil.rmtree(folder)
 
