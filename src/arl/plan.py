@@ -37,6 +37,8 @@ from arl.utils.memory_plan import (
     vllm_minimum_bytes,
 )
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype, rl.reference_dtype
+
 DEFAULT_GPU_GB = 80  # plan.gpu_memory_gb when no GPU is visible: an 80 GB A100/H100 (set the key for any other)
 
 
@@ -201,6 +203,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
         compute=compute, lora_rank=lora.r if lora.enabled else None,
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0 and not lora.enabled,
+        reference_bytes_per_param=DTYPE_BYTES.get(str(rl.get("reference_dtype"))),
         checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
         bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
@@ -229,7 +232,7 @@ def _training_terms(trainer: Mapping[str, Any], model: ModelSettings, strategy: 
         shards = int(dp) if dp not in (None, "auto") else world
     elif strategy == "fsdp":
         shards = world
-    master = {"float32": 4, "bfloat16": 2, "float16": 2}[model.dtype]
+    master = DTYPE_BYTES[model.dtype]
     precision = str(trainer.get("precision", "32-true"))
     compute = "fp32"
     if precision in ("bf16-true", "16-true"):
@@ -285,7 +288,7 @@ def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:
     (FSDP with vLLM: kept on the host) and, at sleep level 1, vLLM's sleeping weights (pinned host memory)
     stay; level 2 discards them."""
     p = arch.params() * s.master_bytes
-    start = p * (1 + int(s.reference) + int(s.sharded))
+    start = p * (1 + int(s.sharded)) + int(s.reference) * arch.params() * (s.reference_bytes_per_param or s.master_bytes)
     steady = p if s.sharded and s.engine == "vllm" else 0
     steady += arch.params() * s.vllm_dtype_bytes if s.vllm_sleep and s.vllm_sleep_level == 1 else 0
     return (f"host memory per node (not checked): about {world_per_node * start / GIB:.0f} GiB at start-up "

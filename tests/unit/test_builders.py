@@ -18,6 +18,39 @@ def test_kl_coef_zero_builds_no_reference(tiny):
     assert build_rl_module(compose([]), model, tok).reference is not None
 
 
+def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(tiny):
+    """rl.reference_dtype=bfloat16: every weight of the reference is the policy's rounded to bf16
+    (tied embeddings stay one tensor, nothing shared with the policy), and its log-probs are the
+    fp32 reference's within bf16 rounding."""
+    import torch
+
+    from arl.modules.forward import forward_log_probs
+    from arl.run.builders import build_rl_module
+
+    model, tok = tiny
+    module = build_rl_module(compose(["rl.reference_dtype=bfloat16"]), model, tok)
+    ref = module.reference
+    assert {p.dtype for p in ref.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # the policy untouched
+    assert ref.get_output_embeddings().weight is ref.get_input_embeddings().weight
+    policy_ptrs = {p.data_ptr() for p in model.parameters()}
+    assert not any(p.data_ptr() in policy_ptrs for p in ref.parameters())
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert torch.equal(p.detach().to(torch.bfloat16), q), name
+    ids = torch.randint(3, len(tok), (2, 12), generator=torch.Generator().manual_seed(0))
+    response = torch.zeros(2, 12)
+    response[:, 6:] = 1
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
+            "position_ids": torch.arange(12).repeat(2, 1)}
+    module._ref_log_probs(data)
+    with torch.no_grad():
+        full, _ = forward_log_probs(model.eval(), data, module.temperature)
+    gap = ((data["ref_log_probs"] - full * response).abs() * response).max()
+    assert 0 < gap < 0.1  # bf16 rounding moves the log-probs, a little
+    with pytest.raises(ConfigError, match=r"rl\.reference_dtype='int8'"):
+        validate_config(compose(["rl.reference_dtype=int8"]))
+
+
 def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
     """No copy of a LoRA policy: the KL term's log-probs are the policy's with its adapters off, the
     base model's, also after the adapters have moved."""

@@ -201,15 +201,36 @@ def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
     )
 
 
+def reference_copy(model, dtype: str | None = None):
+    """A frozen copy of ``model`` for the KL term, its floating-point weights in ``dtype``
+    (``rl.reference_dtype``; None keeps the policy's). Cast tensor by tensor as it is copied, so a
+    bf16 copy never holds a second full-precision model."""
+    if dtype is None:
+        return copy.deepcopy(model)
+    import torch
+
+    target = getattr(torch, dtype)
+    memo = {}
+    for tensor in [*model.parameters(), *model.buffers()]:  # tied weights stay tied: one entry per tensor
+        if id(tensor) in memo:
+            continue
+        if tensor.is_floating_point():
+            cast = tensor.detach().to(target)
+            memo[id(tensor)] = torch.nn.Parameter(cast, requires_grad=False) if isinstance(tensor, torch.nn.Parameter) else cast
+    return copy.deepcopy(model, memo)
+
+
 def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
     """The RL LightningModule of the plain config ``c``; the frozen reference copy exists only when
     ``algo.kl.coef > 0`` and the policy has no LoRA adapters (a LoRA policy's reference is itself
-    with the adapters off, which needs no copy)."""
+    with the adapters off, which needs no copy), in ``rl.reference_dtype`` when set."""
     c = container(c)
     run = run_settings(c)
     algo = schema.replace(algo_config(c["algo"]), **{"loss.horizon": loss_horizon(c)})
-    reference = copy.deepcopy(model) if algo.kl.coef > 0 and not is_peft_model(model) else None
     rl = run.rl
+    reference = None
+    if algo.kl.coef > 0 and not is_peft_model(model):
+        reference = reference_copy(model, rl.reference_dtype)
     return AgenticRLModule(
         model,
         reference,

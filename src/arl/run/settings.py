@@ -95,6 +95,9 @@ class RolloutSettings:
     vllm: VLLMSettings | None = absent_or(VLLM_BLOCK)  # rollout=vllm: arguments of vllm.LLM (an open section)
 
 
+REFERENCE_DTYPES = ("float32", "bfloat16", "float16")
+
+
 @dataclass(frozen=True, kw_only=True)
 class RLSettings:
     """``rl``: the RL stage's size, its optimiser and its checkpoints (configs/train.yaml)."""
@@ -107,6 +110,7 @@ class RLSettings:
     micro_token_budget: int = required(COUNT)
     old_log_probs: str = required(one_of(OLD_LOG_PROBS))
     grad_clip: float = required(number(0.0, low_open=True))
+    reference_dtype: str | None = required(optional(one_of(REFERENCE_DTYPES)))
     warmup_steps: int = required(integer(0))
     val_every: int = required(COUNT)
     ckpt_every: int = required(integer(0))

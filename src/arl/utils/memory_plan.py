@@ -222,6 +222,8 @@ class Setup:
             (``precision: bf16-mixed`` without FSDP: fp32 weights, bf16 matmuls).
         lora_rank, lora_targets: LoRA adapters (None: every parameter trains).
         reference: a frozen reference copy exists (``algo.kl.coef > 0`` without LoRA).
+        reference_bytes_per_param: bytes of one reference weight (``rl.reference_dtype``; None:
+            ``master_bytes``, the policy's).
         checkpointing: activation checkpointing of every block.
         logit_chunk_tokens: C, scored positions projected onto the vocabulary at once
             (``model.logit_chunk_tokens``).
@@ -254,6 +256,7 @@ class Setup:
     lora_rank: int | None = None
     lora_targets: tuple[str, ...] | str = LORA_DEFAULT_TARGETS
     reference: bool = True
+    reference_bytes_per_param: int | None = None
     checkpointing: bool = False
     logit_chunk_tokens: int = 1024
     tokens: int = 16384
@@ -323,8 +326,8 @@ def weights_bytes(arch: Architecture, s: Setup) -> int:
 def reference_bytes(arch: Architecture, s: Setup) -> int:
     """The frozen reference: a deep copy of the policy (``arl.run.builders.build_rl_module``), sharded
     like it; 0 without a KL term and under LoRA (the reference is the policy with its adapters off:
-    ``reference`` is False there)."""
-    return weights_bytes(arch, s) if s.reference else 0
+    ``reference`` is False there), in ``rl.reference_dtype`` (:attr:`Setup.reference_bytes_per_param`)."""
+    return _per_shard(arch.params() * (s.reference_bytes_per_param or s.master_bytes), s) if s.reference else 0
 
 
 def gradient_bytes(arch: Architecture, s: Setup) -> int:
@@ -575,7 +578,9 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
         Row("policy weights", weights_bytes(arch, s),
             f"{count(arch.params())} params x {s.master_bytes} B{shard}" + (" + fp32 adapters" if lora else "")),
         Row("reference (frozen)", reference_bytes(arch, s),
-            "a copy of the policy" + shard if s.reference else
+            ("a copy of the policy" if not s.reference_bytes_per_param or s.reference_bytes_per_param == s.master_bytes
+             else f"a copy of the policy, {count(arch.params())} params x {s.reference_bytes_per_param} B") + shard
+            if s.reference else
             "none: the LoRA policy with its adapters off" if s.lora_rank else "none: algo.kl.coef = 0"),
         Row("gradients", gradient_bytes(arch, s),
             f"{trained} x 4 B{shard}" + (" x 2 (DDP buckets)" if s.strategy == "ddp" else "")),
@@ -725,6 +730,9 @@ def suggestions(arch: Architecture, s: Setup) -> list[Change]:
                 break
         if s.compute == "fp32":
             add(precision, replace(s, compute="half" if s.sharded else "autocast"))
+    if s.reference and (s.reference_bytes_per_param or s.master_bytes) > 2:
+        add("rl.reference_dtype=bfloat16", replace(s, reference_bytes_per_param=2),
+            "the frozen reference in bf16 (its log-probs move by bf16 rounding)")
     if s.reference:
         add("algo.kl.coef=0", replace(s, reference=False), "drops the reference and the KL term: another algorithm")
     return sorted(out, key=lambda c: -c.saves_bytes)

@@ -88,6 +88,9 @@ def test_the_same_model_sharded_in_bf16_with_checkpointing_and_vllm_by_hand():
     # per shard: weights, reference, gradients 187264 x 4 / 2 = 374528; AdamW 749056
     assert rows["policy weights"] == rows["reference (frozen)"] == rows["gradients"] == 374528
     assert rows["AdamW moments"] == 749056
+    # rl.reference_dtype=bfloat16: the reference alone halves, 187264 x 2 / 2
+    half_ref = {r.name: r.bytes for r in make_plan(HAND, replace(s, reference_bytes_per_param=2)).rows}
+    assert half_ref["reference (frozen)"] == 187264 and half_ref["policy weights"] == 374528
     # gathered in bf16: (root 64064 + 2 blocks x 61600) x 2 = 374528; unsharded grads of the root and a block
     # (64064 + 61600) x 2 = 251328, and the block's fp32 reduce-scatter copy 61600 x 4 = 246400
     assert rows["compute copies"] == 374528 + 251328 + 246400
