@@ -173,6 +173,8 @@ def plan(cmd: str) -> tuple[str, str]:
         return "run", "runs on the fixture run (a few validation episodes)"
     if c.startswith("python src/compare.py"):
         return "run", "compares the fixture run's start and last validations game by game"
+    if c.startswith("python src/view.py"):
+        return "run", "writes the episode viewer page of the fixture run's validations"
     if c.startswith("python scripts/carry.py"):
         return "run", "saves the fixture runs into a folder of the test tree and restores them"
     if c.startswith("git "):
@@ -242,7 +244,7 @@ def fill(cmd: str, fx: Fixture) -> str:
     out = out.replace("logs/alfworld/study/rl", str(multirun))
     if cmd.startswith("python scripts/carry.py"):  # the fixture's logs/ (a BC + RL run) as the study folder
         out = out.replace("logs/alfworld/study", str(fx.root / "logs")).replace("/mnt/keep/", str(fx.root / "keep") + "/")
-    if cmd.startswith("python src/compare.py"):  # the eval folders of the lines before it: the run's own validations
+    if cmd.startswith(("python src/compare.py", "python src/view.py")):  # eval folders: the run's own validations
         out = out.replace("logs/compare/start_s1", f"{run}/val_episodes/iter0.jsonl")
         out = out.replace("logs/compare/rl_s1", f"{run}/val_episodes/iter1.jsonl")
     # an archive (scripts/archive_runs.sh): written into the test tree; read, it is the fixture multirun

@@ -18,6 +18,18 @@ def test_kl_coef_zero_builds_no_reference(tiny):
     assert build_rl_module(compose([]), model, tok).reference is not None
 
 
+def _scoring_batch(vocab: int):
+    """Two random 12-token rows whose last 6 tokens are the response: (data, response mask)."""
+    import torch
+
+    ids = torch.randint(3, vocab, (2, 12), generator=torch.Generator().manual_seed(0))
+    response = torch.zeros(2, 12)
+    response[:, 6:] = 1
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
+            "position_ids": torch.arange(12).repeat(2, 1)}
+    return data, response
+
+
 def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(tiny):
     """rl.reference_dtype=bfloat16: every weight of the reference is the policy's rounded to bf16
     (tied embeddings stay one tensor, nothing shared with the policy), and its log-probs are the
@@ -37,11 +49,7 @@ def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(
     assert not any(p.data_ptr() in policy_ptrs for p in ref.parameters())
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(p.detach().to(torch.bfloat16), q), name
-    ids = torch.randint(3, len(tok), (2, 12), generator=torch.Generator().manual_seed(0))
-    response = torch.zeros(2, 12)
-    response[:, 6:] = 1
-    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
-            "position_ids": torch.arange(12).repeat(2, 1)}
+    data, response = _scoring_batch(len(tok))
     module._ref_log_probs(data)
     with torch.no_grad():
         full, _ = forward_log_probs(model.eval(), data, module.temperature)
@@ -70,12 +78,7 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.add_(0.05)  # the adapters moved: the policy is no longer the base
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, len(tok), (2, 12), generator=g)
-    response = torch.zeros(2, 12)
-    response[:, 6:] = 1
-    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "response_mask": response,
-            "position_ids": torch.arange(12).repeat(2, 1)}
+    data, response = _scoring_batch(len(tok))
     module._ref_log_probs(data)
     with torch.no_grad():
         want, _ = forward_log_probs(base.eval(), data, module.temperature)
