@@ -32,9 +32,13 @@ for run in "$SRC"/*/; do
   done
   if [ -d "$DEST/$name/val_episodes" ] && [ "${KEEP_TURNS:-0}" != 1 ]; then
     for file in "$DEST/$name"/val_episodes/iter*.jsonl; do
-      python3 -c 'import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
-open(sys.argv[1], "w").writelines(json.dumps({k: v for k, v in r.items() if k != "turn_log"}) + "\n" for r in rows)' "$file"
+      [ -e "$file" ] || continue  # no validation file: nothing to strip
+      python3 -c 'import json, os, sys
+path = sys.argv[1]
+rows = [json.loads(line) for line in open(path) if line.strip()]
+with open(path + ".tmp", "w") as f:
+    f.writelines(json.dumps({k: v for k, v in r.items() if k != "turn_log"}) + "\n" for r in rows)
+os.replace(path + ".tmp", path)' "$file"
     done
   fi
   # -d: a sharded best checkpoint is a folder, named itself rather than listed

@@ -83,13 +83,24 @@ def test_logger_wandb_runs_offline_one_run_per_stage(tmp_path, monkeypatch):
     train(cfg)
     import wandb
 
-    wandb.finish()
-    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert wandb.run is None  # each stage closed its run (its records complete on disk)
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2  # BC's and RL's, nothing synced anywhere
     records = [next(run.glob("run-*.wandb")).read_bytes() for run in runs]
-    assert f"{cfg.task_name}-bc".encode() in records[0] and b"bc/loss" in records[0]
-    assert f"{cfg.task_name}-rl".encode() in records[1]
-    assert b"val/success_rate" in records[1] and b"actor/pg_loss" in records[1]
+    bc = [r for r in records if f"{cfg.task_name}-bc".encode() in r]
+    rl = [r for r in records if f"{cfg.task_name}-rl".encode() in r]
+    assert len(bc) == len(rl) == 1 and b"bc/loss" in bc[0] and b"actor/pg_loss" not in bc[0]
+    assert b"val/success_rate" in rl[0] and b"actor/pg_loss" in rl[0]
+
+
+def test_a_resumed_csv_curve_has_no_repeated_step(tmp_path):
+    from arl.run.loggers import purge_csv_rows
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("a,epoch,step\n1.0,0,0\n,0,1\n2.0,0,1\n3.0,0,2\n4.0,0,3\n")
+    purge_csv_rows(str(path), 2)  # resumed from the checkpoint of iteration 1: steps 2 and on are logged again
+    assert path.read_text().splitlines() == ["a,epoch,step", "1.0,0,0", ",0,1", "2.0,0,1"]
+    purge_csv_rows(str(tmp_path / "absent.csv"), 2)  # nothing there: nothing to do
 
 
 def test_a_tracker_without_its_package_stops_at_start_up_naming_the_extra(monkeypatch):

@@ -13,14 +13,16 @@ from arl.analysis.games import game_pairs
 from arl.analysis.viewer import find_chromium, page_data, write_viewer
 from arl_testing import ROOT, compose
 
-playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = find_chromium()
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/system_deps.sh installs it)")
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/system_deps.sh installs it)")
 ARCHIVE = ROOT / "docs" / "results" / "alfworld_calibration"
 
 
 @pytest.fixture(scope="module")
 def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium (scripts/system_deps.sh installs it)")
+    playwright = pytest.importorskip("playwright.sync_api", reason="the viewer extra: pip install -e '.[viewer]'")
     with playwright.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         yield b
@@ -68,6 +70,7 @@ def short_run(tmp_path_factory):
     return out
 
 
+@needs_browser
 def test_the_page_of_a_run_shows_every_episode_filters_and_turns(browser, short_run):
     html = write_viewer(short_run)
     rows = file_rows(short_run)
@@ -105,6 +108,7 @@ def test_the_page_of_a_run_shows_every_episode_filters_and_turns(browser, short_
     assert page.errors == []
 
 
+@needs_browser
 def test_the_page_of_an_archived_study_reaches_every_episode_and_says_what_is_missing(browser, tmp_path):
     if not ARCHIVE.is_dir():
         pytest.skip("the ALFWorld calibration archive is not in this checkout")
@@ -121,16 +125,21 @@ def test_the_page_of_an_archived_study_reaches_every_episode_and_says_what_is_mi
     assert page.errors == []
 
 
+@needs_browser
 def test_text_that_looks_like_html_stays_text(browser, tmp_path):
-    """A response holding ``</script>`` or tags is shown as written, and the page still loads."""
+    """A response holding ``</script>``, ``<!--<script>`` or tags is shown as written, a NaN reward
+    as n/a, and the page still loads."""
     row = {"seed": 3, "task_type": "t", "won": True, "return": 1.0, "turns": 1, "valid_turns": 1,
-           "turn_log": [{"observation": "<b>x</b>", "response": "<think>a</script><img src=x></think> go", "action": "go",
-                         "valid": True, "reason": "", "reward": 1.0, "truncated": False, "anchor": "00"}]}
+           "turn_log": [{"observation": "<b>x</b> <!--<script>", "response": "<think>a</script><img src=x></think> go",
+                         "action": "go", "valid": True, "reason": "", "reward": float("nan"), "truncated": False,
+                         "anchor": "00"}]}
     (tmp_path / "val_episodes.jsonl").write_text(json.dumps(row) + "\n")
     page = open_page(browser, write_viewer(tmp_path))
     page.click("#list tbody tr >> nth=0")
     assert page.locator("pre.response").text_content() == row["turn_log"][0]["response"]
+    assert page.locator("pre.observation").text_content() == row["turn_log"][0]["observation"]
     assert page.locator("pre.response .think").count() == 1 and page.locator("#detail-body img").count() == 0
+    assert page.locator(".reward").text_content() == "n/a"
     assert page.errors == []
 
 
@@ -144,6 +153,7 @@ def test_the_command_line(tmp_path):
     assert ok.returncode == 0 and (tmp_path / "run" / "episodes.html").exists()
 
 
+@needs_browser
 def test_two_eval_runs_side_by_side(browser, tmp_path):
     """``src/view.py start rl``: two eval folders on the same games, compared as compare.py counts."""
     won = {"start": [True, False, False, True], "rl": [True, True, True, False]}

@@ -49,6 +49,11 @@ def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(
     assert not any(p.data_ptr() in policy_ptrs for p in ref.parameters())
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         assert torch.equal(p.detach().to(torch.bfloat16), q), name
+    # buffers keep their dtype: rotary frequencies rounded to bf16 would turn long prompts' angles by radians
+    assert [(n, b.dtype) for n, b in ref.named_buffers()] == [(n, b.dtype) for n, b in model.named_buffers()]
+    # the policy's own dtype asked for: a full copy, still sharing nothing
+    same = build_rl_module(compose(["rl.reference_dtype=float32"]), model, tok).reference
+    assert not any(p.data_ptr() in policy_ptrs for p in same.parameters())
     data, response = _scoring_batch(len(tok))
     module._ref_log_probs(data)
     with torch.no_grad():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,7 @@ def page_data(roots: Path | list[Path]) -> dict[str, Any]:
     summary_only = 0
     for v, (root, f) in enumerate(files):
         rows = [json.loads(line) for line in f.path.read_text().splitlines() if line.strip()]
-        has_turns = any(isinstance(r.get("turn_log"), list) or isinstance(r.get("turns"), list) for r in rows)
+        has_turns = not rows or any(isinstance(r.get("turn_log"), list) or isinstance(r.get("turns"), list) for r in rows)
         summary_only += not has_turns
         validations.append({"key": f"{f.run}@{f.iteration_label}", "run": f.run, "iteration": f.iteration,
                             "iteration_label": f.iteration_label, "run_seed": f.run_seed, "label": f.label,
@@ -141,9 +142,22 @@ def _episode(row: dict[str, Any], v: int) -> dict[str, Any]:
     return out
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity replaced by None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def render_page(data: dict[str, Any], title: str) -> str:
-    """The HTML page with ``data`` inside (as JSON a ``</script>`` in an episode cannot end)."""
-    blob = json.dumps(data, separators=(",", ":"), ensure_ascii=False).replace("</", "<\\/")
+    """The HTML page with ``data`` inside as JSON in which ``<``, ``>`` and ``&`` are escapes, so no
+    text of an episode (``</script>``, ``<!--<script>``) can end or bend the data block."""
+    blob = json.dumps(_finite(data), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    blob = blob.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
     return PAGE.read_text().replace("__ARL_TITLE__", html.escape(title)).replace("__ARL_DATA__", blob)
 
 
@@ -168,11 +182,21 @@ def write_viewer(roots: Path | list[Path], out: Path | None = None, title: str |
 
 def find_chromium() -> str | None:
     """The system Chromium's executable (``scripts/system_deps.sh`` installs it), or None: the
-    viewer's browser tests and ``bench/viewer.py`` drive it through Playwright."""
+    viewer's browser tests and ``bench/viewer.py`` drive it through Playwright. A candidate must
+    answer ``--version`` as a Chromium or Chrome build (Ubuntu's ``chromium-browser`` without its
+    snap is a shim that does not)."""
     import os
     import shutil
+    import subprocess
 
     for name in (os.environ.get("ARL_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
-        if name and (path := shutil.which(name)):
+        path = shutil.which(name) if name else None
+        if not path:
+            continue
+        try:
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.returncode == 0 and "chrom" in out.stdout.lower():
             return path
     return None

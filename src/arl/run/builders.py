@@ -202,21 +202,22 @@ def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
 
 
 def reference_copy(model, dtype: str | None = None):
-    """A frozen copy of ``model`` for the KL term, its floating-point weights in ``dtype``
-    (``rl.reference_dtype``; None keeps the policy's). Cast tensor by tensor as it is copied, so a
-    bf16 copy never holds a second full-precision model."""
-    if dtype is None:
-        return copy.deepcopy(model)
+    """A frozen copy of ``model`` for the KL term, its floating-point parameters in ``dtype``
+    (``rl.reference_dtype``; None keeps the policy's). Parameters are cast one at a time as they are
+    copied, so a bf16 copy never holds a second full-precision model; tied weights stay one tensor,
+    nothing is shared with the policy, and buffers (rotary ``inv_freq``) and the modules the model
+    keeps in fp32 (``_keep_in_fp32_modules``) keep their dtype: bf16 angles would be off by radians
+    at a few thousand positions."""
     import torch
 
+    if dtype is None or all(p.dtype == getattr(torch, dtype) for p in model.parameters() if p.is_floating_point()):
+        return copy.deepcopy(model)
     target = getattr(torch, dtype)
+    keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
     memo = {}
-    for tensor in [*model.parameters(), *model.buffers()]:  # tied weights stay tied: one entry per tensor
-        if id(tensor) in memo:
-            continue
-        if tensor.is_floating_point():
-            cast = tensor.detach().to(target)
-            memo[id(tensor)] = torch.nn.Parameter(cast, requires_grad=False) if isinstance(tensor, torch.nn.Parameter) else cast
+    for name, param in model.named_parameters(remove_duplicate=True):  # a tied weight: one entry
+        if param.is_floating_point() and not any(k in name.split(".") for k in keep):
+            memo[id(param)] = torch.nn.Parameter(param.detach().to(target, copy=True), requires_grad=param.requires_grad)
     return copy.deepcopy(model, memo)
 
 

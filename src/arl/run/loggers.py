@@ -10,19 +10,25 @@ logger          records of stage ``<stage>``                           package (
 tensorboard     ``<run>/tensorboard/<stage>/events.*``                 tensorboard (core)
 csv             ``<run>/csv/<stage>/metrics.csv``, ``hparams.yaml``    (core)
 wandb           ``<run>/wandb/offline-run-*``: offline unless           wandb (``arl[trackers]``)
-                ``WANDB_API_KEY`` is set; run name ``<task>-<stage>``
+                ``WANDB_API_KEY`` is set; run name ``<task>-<stage>``,
+                closed when the stage ends (:func:`end_stage`)
 mlflow          ``<run>/mlruns`` (a local file store, which MLflow 3    mlflow (``arl[trackers]``)
                 opts into with ``MLFLOW_ALLOW_FILE_STORE``: set here
                 for ``file:`` URIs); run name ``<task>-<stage>``
 ==============  =====================================================  ==============================
 
-The resolved config is logged once per stage as hyperparameters (flattened dotted keys).
+The resolved config is logged once per stage as hyperparameters (flattened dotted keys). A resumed
+RL stage continues TensorBoard's and the CSV file's curves (the steps from the resumed iteration on
+are dropped first); W&B and MLflow start a new run for it, as they do for each BC round (bootstrap,
+DAgger) under MLflow.
 """
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -81,13 +87,16 @@ def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = Non
             kwargs["version"] = stage
         if cls == "TensorBoardLogger" and purge_step is not None:
             kwargs["purge_step"] = purge_step
+        if cls == "CSVLogger" and purge_step is not None:
+            purge_csv_rows(os.path.join(str(lg_cfg.get("save_dir")), str(lg_cfg.get("name") or ""), stage, "metrics.csv"),
+                           purge_step)
         if cls == "WandbLogger":
             kwargs["name"] = lg_cfg.get("name") or run_name
             kwargs["job_type"] = stage
             if lg_cfg.get("offline") is None:
                 kwargs["offline"] = not os.environ.get("WANDB_API_KEY")
             os.makedirs(lg_cfg.get("save_dir") or ".", exist_ok=True)
-            _finish_other_wandb_run(kwargs["name"])
+            _join_or_finish_wandb_run((str((c.get("paths") or {}).get("output_dir")), stage))
         if cls == "MLFlowLogger":
             kwargs["run_name"] = lg_cfg.get("run_name") or run_name
             if str(lg_cfg.get("tracking_uri") or "").startswith("file:"):
@@ -98,14 +107,46 @@ def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = Non
     return loggers
 
 
-def _finish_other_wandb_run(name: str) -> None:
-    """Close this process's W&B run unless it is ``name``'s: Lightning's WandbLogger joins a run
-    already open, which would put the RL stage into the BC stage's run (BC's rounds keep sharing
-    theirs)."""
+_WANDB_STAGE: tuple[str, str] | None = None  # (run folder, stage) of this process's open W&B run
+
+
+def _join_or_finish_wandb_run(stage_key: tuple[str, str]) -> None:
+    """Before a W&B logger is built: close this process's open W&B run unless it is this stage's
+    of this run folder (Lightning's WandbLogger joins an open run: BC's rounds share theirs, but the
+    RL stage, or the next job of a multirun in this process, must not write into it)."""
+    global _WANDB_STAGE
     import wandb
 
-    if wandb.run is not None and wandb.run.name != name:
+    if wandb.run is not None and _WANDB_STAGE != stage_key:
         wandb.finish()
+    _WANDB_STAGE = stage_key
+
+
+def end_stage() -> None:
+    """A stage is over: close its W&B run (its records complete on disk; the next stage opens its
+    own). Nothing to do for the other trackers, whose files are written as they log."""
+    global _WANDB_STAGE
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
+    _WANDB_STAGE = None
+
+
+def purge_csv_rows(path: str, purge_step: int) -> None:
+    """Drop the rows of a CSVLogger file at steps >= ``purge_step`` (a resumed run logs them again),
+    as TensorBoard's ``purge_step`` drops its events; written whole or not at all."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "step" not in rows[0]:
+        return
+    col = rows[0].index("step")
+    kept = [rows[0]] + [r for r in rows[1:] if not (len(r) > col and r[col] != "" and int(float(r[col])) >= purge_step)]
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        csv.writer(f).writerows(kept)
+    os.replace(tmp, path)
 
 
 def flat_hyperparameters(c: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

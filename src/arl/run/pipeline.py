@@ -39,6 +39,7 @@ from arl.run.builders import (
     sampling_params,
 )
 from arl.run.checks import validate_config
+from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.config import container
 from arl.utils.fsdp import full_state_dict, is_fsdp2, is_sharded, iter_full_tensors
@@ -77,6 +78,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
 
     if run.bc.enabled and not run.model.init_from and ckpt is None:
         bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
+        end_stage()  # the BC stage's tracker runs close
         results.update(bc_results)
         if run.rl.enabled and is_peft_model(model):  # the BC adapters become the base: the RL reference (the
             model = fold_adapters(model, run.model.lora)  # policy with fresh adapters off) is the BC policy
@@ -85,6 +87,7 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
 
     module, trainer = _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
     results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir)
+    end_stage()
     loop.close()
     if callable(getattr(engine, "close", None)):
         engine.close()
