@@ -1,10 +1,22 @@
-"""AgentLoop: roll out groups of episodes in lockstep, one engine call per turn.
+"""AgentLoop: roll out groups of episodes, each turn prompt -> generate -> parse -> env step.
 
 For each task (group id, seed) the loop opens ``group_size`` environments reset with the same seed.
-At every turn it renders the prompt of each active episode, batches all of them into one
-``engine.generate`` call, parses each answer strictly, and steps the environments (the env's no-op
-for invalid answers). What the trainer later sees is exactly what was sampled: the response ids
-and log-probs come from the engine, never from re-tokenised text.
+A turn renders the episode's prompt, samples an answer, parses it strictly, and steps the
+environment (the env's no-op for invalid answers). What the trainer later sees is exactly what was
+sampled: the response ids and log-probs come from the engine, never from re-tokenised text.
+
+Two schedules (``rollout.schedule``) run those turns:
+
+- ``lockstep``: at every turn the prompts of all active episodes go to the engine in one
+  ``engine.generate`` call; no episode starts its next turn before the longest answer of the call
+  is finished and every environment has stepped.
+- ``episode``: each episode advances on its own. Its request goes to a streaming engine
+  (:class:`~arl.rollout.engine.StreamingEngine`: vLLM's engine steps, or the transformers engine's
+  :class:`~arl.rollout.hf_stream.RefillDecoder`) that decodes whatever requests are in flight and
+  hands each back as soon as it is finished; the episode's environment steps and its next request
+  is queued while the others are still decoding. The engine seeds every request
+  (:func:`~arl.rollout.engine.request_seed` of task, member and turn), so the episodes do not depend
+  on the order in which requests finish.
 
 Two sample modes (docs/design.md section 7):
 
@@ -43,6 +55,7 @@ from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
 
+SCHEDULES = ("lockstep", "episode")  # rollout.schedule
 
 
 @dataclass(frozen=True)
@@ -62,8 +75,14 @@ class RolloutStats:
     env_seconds: float = 0.0
     generated_tokens: int = 0
     env_steps: int = 0
-    engine_calls: int = 0
+    engine_calls: int = 0  # generate calls (lockstep) or engine steps (episode)
+    decode_steps: int = 0  # decoding steps the engine ran (lockstep: the longest answer of each call)
+    row_steps: int = 0  # rows decoded, summed over those steps (the generated tokens)
     extra: dict[str, float] = field(default_factory=dict)
+
+    def occupancy(self, max_batch_size: int) -> float:
+        """Mean share of the engine's ``max_batch_size`` rows busy at a decoding step."""
+        return self.row_steps / (self.decode_steps * max_batch_size) if self.decode_steps and max_batch_size else 0.0
 
 
 class AgentLoop:
@@ -83,9 +102,15 @@ class AgentLoop:
         n_workers: int = 0,
         step_timeout: float = 60.0,
         progress_every: float | None = 60.0,
+        schedule: str = "lockstep",
     ):
         if sample_mode not in SAMPLE_MODES:
             raise ValueError(f"sample_mode={sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r} is not valid; valid: {', '.join(SCHEDULES)}")
+        if schedule == "episode" and not callable(getattr(engine, "submit", None)):
+            raise ValueError(f"schedule=episode needs a streaming engine (submit/poll); {type(engine).__name__} has none")
+        self.schedule = schedule
         self.engine = engine
         self.tokenizer = tokenizer
         self.pool = EnvPool(env_name, env_kwargs, n_workers=n_workers, step_timeout=step_timeout)
@@ -134,6 +159,21 @@ class AgentLoop:
         stats = RolloutStats()
         episodes, obs, infos, active = self._start_episodes(tasks, group_size, first_episode_id)
         histories: list[list[HistoryItem]] = [[] for _ in episodes]
+        state = (episodes, obs, infos, histories)
+        try:
+            if self.schedule == "episode":
+                self._run_episodes(active, state, group_size, params, teacher, stats, t0)
+            else:
+                self._run_lockstep(active, state, group_size, params, teacher, stats, t0)
+        finally:
+            self.pool.close_slots()
+        stats.seconds = time.perf_counter() - t0
+        self.last_stats = stats
+        return episodes
+
+    def _run_lockstep(self, active, state, group_size, params, teacher, stats, t0) -> None:
+        """Every active episode's turn in one engine call, turn after turn."""
+        episodes, obs, infos, histories = state
         shown = t0
         for _turn in range(self.max_turns):
             if not active:
@@ -141,27 +181,75 @@ class AgentLoop:
             prompts, active = self._next_prompts(active, episodes, obs, histories, infos)
             if not active:
                 break
-            parsed_by_slot, actions = self._sample_actions(
-                prompts, active, episodes, infos, group_size, _turn, params, stats
-            )
-            te = time.perf_counter()
-            labels = self.pool.call(teacher, active) if teacher else {}
-            results = self.pool.step(actions)
-            stats.env_seconds += time.perf_counter() - te
-            stats.env_steps += len(actions)
-            active = self._record_turns(
-                active, prompts, parsed_by_slot, results, labels, episodes, obs, infos, histories
-            )
+            tg = time.perf_counter()
+            seeds = [request_seed(episodes[slot].seed, slot % group_size, _turn) for slot in active]
+            gens = self.engine.generate(prompts, params, seeds=seeds)
+            stats.generate_seconds += time.perf_counter() - tg
+            stats.engine_calls += 1
+            stats.decode_steps += max((len(g.token_ids) for g in gens), default=0)
+            stats.row_steps += sum(len(g.token_ids) for g in gens)
+            parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in zip(active, gens)}
+            active = self._step_envs(active, prompts, parsed_by_slot, teacher, state, stats)
             if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
                 shown = time.perf_counter()
                 log.info(
                     "rollout: turn %d/%d | %d of %d episodes still playing, %d won | %.0fs",
                     _turn + 1, self.max_turns, len(active), len(episodes), sum(ep.won for ep in episodes), shown - t0,
                 )
-        self.pool.close_slots()
-        stats.seconds = time.perf_counter() - t0
-        self.last_stats = stats
-        return episodes
+
+    def _run_episodes(self, active, state, group_size, params, teacher, stats, t0) -> None:
+        """Each episode on its own over the streaming engine: a finished answer is parsed, its
+        environment steps and its next request is queued while the other requests decode."""
+        episodes, obs, infos, histories = state
+        prompts: dict[int, list[int]] = {}
+
+        def launch(slots: list[int]) -> None:
+            slots = [s for s in slots if len(episodes[s].turns) < self.max_turns]
+            ids, slots = self._next_prompts(slots, episodes, obs, histories, infos)
+            for slot, prompt in zip(slots, ids):
+                prompts[slot] = prompt
+                seed = request_seed(episodes[slot].seed, slot % group_size, len(episodes[slot].turns))
+                self.engine.submit(slot, prompt, params, seed)
+
+        launch(active)
+        shown, finished_episodes = t0, 0
+        while self.engine.in_flight:
+            tg = time.perf_counter()
+            busy = min(self.engine.in_flight, self.engine.max_batch_size)
+            answers = self.engine.poll()
+            stats.generate_seconds += time.perf_counter() - tg
+            stats.engine_calls += 1
+            stats.decode_steps += 1
+            stats.row_steps += busy
+            if not answers:
+                continue
+            answers.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
+            slots = [slot for slot, _ in answers]
+            parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in answers}
+            still = self._step_envs(slots, [prompts.pop(s) for s in slots], parsed_by_slot, teacher, state, stats)
+            finished_episodes += len(slots) - len([s for s in still if len(episodes[s].turns) < self.max_turns])
+            launch(still)
+            if self.progress_every is not None and time.perf_counter() - shown >= self.progress_every:
+                shown = time.perf_counter()
+                log.info(
+                    "rollout: %d of %d episodes finished, %d won | %d turns, %d tokens, %.1f turns/s | %.0fs",
+                    finished_episodes, len(episodes), sum(ep.won for ep in episodes), stats.env_steps,
+                    stats.generated_tokens, stats.env_steps / (shown - t0), shown - t0,
+                )
+
+    def _step_envs(self, slots, prompts, parsed_by_slot, teacher, state, stats) -> list[int]:
+        """Ask the teacher (if any), step the environments of ``slots`` with their parsed actions,
+        record the turns; returns the slots whose episodes go on."""
+        episodes, obs, infos, histories = state
+        actions = {slot: parsed.action if parsed.valid else self.spec.invalid_action
+                   for slot, (_, _, parsed) in parsed_by_slot.items()}
+        te = time.perf_counter()
+        labels = self.pool.call(teacher, slots) if teacher else {}
+        results = self.pool.step(actions)
+        stats.env_seconds += time.perf_counter() - te
+        stats.env_steps += len(actions)
+        stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+        return self._record_turns(slots, prompts, parsed_by_slot, results, labels, episodes, obs, infos, histories)
 
     def _start_episodes(
         self, tasks: Sequence[Task], group_size: int, first_episode_id: int,
@@ -208,30 +296,11 @@ class AgentLoop:
                 still.append(slot)
         return prompts, still
 
-    def _sample_actions(
-        self, prompts: list[list[int]], active: list[int], episodes: list[Episode], infos: list[dict[str, Any]],
-        group_size: int, turn: int, params: SamplingParams, stats: RolloutStats,
-    ) -> tuple[dict[int, tuple[Generation, str, ParsedAction]], dict[int, str]]:
-        """One engine call for every active slot, each answer decoded and parsed strictly.
-
-        Returns (slot -> (generation, text, parsed), slot -> the action sent to the env: the parsed
-        one, or the env's no-op for an invalid answer); adds the call's time and tokens to ``stats``.
-        """
-        tg = time.perf_counter()
-        seeds = [request_seed(episodes[slot].seed, slot % group_size, turn) for slot in active]
-        gens = self.engine.generate(prompts, params, seeds=seeds)
-        stats.generate_seconds += time.perf_counter() - tg
-        stats.engine_calls += 1
-        actions: dict[int, str] = {}
-        parsed_by_slot = {}
-        for slot, gen in zip(active, gens):
-            text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-            admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
-            parsed = parse_response(text, admissible)
-            parsed_by_slot[slot] = (gen, text, parsed)
-            actions[slot] = parsed.action if parsed.valid else self.spec.invalid_action
-            stats.generated_tokens += len(gen.token_ids)
-        return parsed_by_slot, actions
+    def _parse(self, slot: int, gen: Generation, infos: list[dict[str, Any]]) -> tuple[Generation, str, ParsedAction]:
+        """(generation, its text, the strict parse of it) of ``slot``'s answer."""
+        text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
+        return gen, text, parse_response(text, admissible)
 
     def _record_turns(
         self, active: list[int], prompts: list[list[int]],

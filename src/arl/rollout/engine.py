@@ -13,7 +13,8 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy decoding. ``top_k == 0`` and ``top_p == 1`` disable those
     filters. Generation stops after an EOS token, after any of ``stop`` appears in the decoded
-    text (the stop string is kept), or after ``max_new_tokens``.
+    text (the stop string is kept), or after ``max_new_tokens``; never before ``min_new_tokens``
+    (EOS and stops are not sampled until then: a fixed answer length, for benches).
     """
 
     temperature: float = 1.0
@@ -21,6 +22,7 @@ class SamplingParams:
     top_k: int = 0
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ("</action>",)
+    min_new_tokens: int = 0
 
     def describe(self) -> str:
         """``greedy`` or ``T 0.6, top-p 0.95, top-k 20`` (for tables and logs)."""
@@ -57,6 +59,32 @@ class RolloutEngine(Protocol):
 
     def sync(self, policy) -> None:
         """Load the trainer's current weights (a no-op when the engine shares the model)."""
+        ...
+
+
+class StreamingEngine(RolloutEngine, Protocol):
+    """An engine that takes requests one at a time and returns each as soon as it is finished
+    (continuous batching): what the per-episode agent loop drives (``rollout.schedule: episode``).
+
+    Every request is sampled from its own ``seed`` alone, so its tokens do not depend on which
+    other requests share the engine's steps, nor on when it was submitted.
+    """
+
+    max_batch_size: int  # requests decoded together at most (others wait their turn)
+
+    def submit(self, key: Any, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:
+        """Queue one request; ``key`` (hashable, unique among the requests in flight) names it in
+        :meth:`poll`'s answer."""
+        ...
+
+    def poll(self) -> list[tuple[Any, Generation]]:
+        """Advance the engine by one step (admit waiting requests, decode one token of each running
+        one) and return the requests that finished in it, as ``(key, generation)``."""
+        ...
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet returned by :meth:`poll`."""
         ...
 
 
@@ -103,6 +131,20 @@ class LazyEngine:
 
     def sync(self, policy) -> None:  # noqa: D102 - see RolloutEngine
         self.start().sync(policy)
+
+    @property
+    def max_batch_size(self) -> int:  # noqa: D102 - see StreamingEngine
+        return self.start().max_batch_size
+
+    def submit(self, key, prompt, params, seed) -> None:  # noqa: D102 - see StreamingEngine
+        self.start().submit(key, prompt, params, seed)
+
+    def poll(self):  # noqa: D102 - see StreamingEngine
+        return self.start().poll()
+
+    @property
+    def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
+        return 0 if self.engine is None else self.engine.in_flight
 
     def load_weights(self, named_tensors) -> None:
         """Stream ``(name, tensor)`` pairs into the engine (built first if need be)."""

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from arl.rollout.engine import Generation, SamplingParams
+from arl.rollout.hf_stream import RefillDecoder
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device | None:
@@ -62,6 +63,26 @@ class HFEngine:
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos:
             eos.append(tokenizer.eos_token_id)
         self.eos_ids = eos
+        self._stream: RefillDecoder | None = None  # continuous batching, made at the first submit
+
+    # ------------------------------------------------------------------ streaming (rollout.schedule=episode)
+    @property
+    def stream(self) -> RefillDecoder:
+        """The engine's continuous-batching decoder (:mod:`arl.rollout.hf_stream`): requests seeded
+        one by one, rows refilled as they finish."""
+        if self._stream is None:
+            self._stream = RefillDecoder(self.model, self.tokenizer, self.eos_ids, self.max_batch_size, self.device)
+        return self._stream
+
+    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:  # noqa: D102 - StreamingEngine
+        self.stream.submit(key, prompt, params, seed)
+
+    def poll(self) -> list[tuple[object, Generation]]:  # noqa: D102 - see StreamingEngine
+        return self.stream.poll()
+
+    @property
+    def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
+        return 0 if self._stream is None else self._stream.in_flight
 
     def sync(self, policy) -> None:  # noqa: D102 - shares the trainer's module
         if policy is not self.model:
@@ -118,6 +139,7 @@ class HFEngine:
         greedy = params.temperature <= 0
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
+            min_new_tokens=params.min_new_tokens or None,
             do_sample=not greedy,
             eos_token_id=self.eos_ids + stop_ids,
             pad_token_id=self.pad_id,

@@ -190,6 +190,7 @@ def sampling_kwargs(
         "top_p": 1.0 if greedy else float(params.top_p),
         "top_k": top_k_disabled if greedy or params.top_k <= 0 else int(params.top_k),
         "max_tokens": int(params.max_new_tokens),
+        "min_tokens": int(params.min_new_tokens),
         "stop": list(params.stop),
         "stop_token_ids": sorted({int(t) for t in stop_token_ids}),
         "include_stop_str_in_output": True,
@@ -428,6 +429,7 @@ class VLLMEngine:
         self._top_k_disabled = top_k_disabled_value()
         self._reload = None  # "reload_weights" or "load_weights", decided at the first sync
         self._warned_filter = False
+        self._requests: dict[str, Any] = {}  # vLLM request id -> the key of a submitted request in flight
 
     # ----------------------------------------------------------------------------- construction
     @classmethod
@@ -511,20 +513,10 @@ class VLLMEngine:
                 ids.append(tok[0])
         return ids
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
-    ) -> list[Generation]:
-        """Sample one response per prompt (token ids in, token ids and log-probs out).
-
-        With ``seeds`` every request draws from its own generator seeded ``seeds[i]``, so a prompt
-        gets the same tokens whichever batch, process or rank generates it; without them vLLM
-        samples from its engine-wide stream."""
+    def _vllm_params(self, params: SamplingParams, seed: int | None):
+        """One ``vllm.SamplingParams`` (warns once when vLLM's log-probs will be the filtered ones)."""
         import vllm
 
-        if not prompts:
-            return []
-        if self.asleep:
-            self.wake_up()
         if params.temperature > 0 and (params.top_p < 1 or params.top_k > 0) and not self._warned_filter:
             self._warned_filter = True
             log.warning(
@@ -532,18 +524,65 @@ class VLLMEngine:
                 "rollout_log_probs are then above the trainer's unfiltered ones",
                 params.top_p, params.top_k,
             )
-        stop_ids = self._stop_token_ids(params.stop)
+        return vllm.SamplingParams(**sampling_kwargs(params, self._stop_token_ids(params.stop), self._top_k_disabled, seed))
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt (token ids in, token ids and log-probs out).
+
+        ``params``: one for every prompt, or a sequence of one per prompt. With ``seeds`` every
+        request draws from its own generator seeded ``seeds[i]``, so a prompt gets the same tokens
+        whichever batch, process or rank generates it; without them vLLM samples from its
+        engine-wide stream."""
+        if not prompts:
+            return []
+        if self.asleep:
+            self.wake_up()
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts")
+        each = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(each) != len(prompts):
+            raise ValueError(f"generate: {len(each)} sampling parameters for {len(prompts)} prompts")
         # one seed per request (the G members of a group share a prompt, not a seed)
-        sps = (
-            [vllm.SamplingParams(**sampling_kwargs(params, stop_ids, self._top_k_disabled, s)) for s in seeds]
-            if seeds is not None
-            else vllm.SamplingParams(**sampling_kwargs(params, stop_ids, self._top_k_disabled))
-        )
+        if seeds is None and isinstance(params, SamplingParams):
+            sps = self._vllm_params(params, None)
+        else:
+            sps = [self._vllm_params(p, None if seeds is None else s) for p, s in zip(each, seeds or [None] * len(each))]
         requests = [{"prompt_token_ids": [int(t) for t in p]} for p in prompts]
         outputs = self.llm.generate(requests, sps, use_tqdm=False)
         return [self._to_generation(out.outputs[0]) for out in outputs]
+
+    # ----------------------------------------------------------------------------- streaming
+    @property
+    def max_batch_size(self) -> int:
+        """Sequences vLLM decodes together at most (its scheduler's ``max_num_seqs``)."""
+        return int(self.llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._requests)
+
+    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:
+        """Queue one seeded request with vLLM's engine (continuous batching: it joins the running
+        batch at the engine's next step)."""
+        if self.asleep:
+            self.wake_up()
+        (request_id,) = self.llm.enqueue(
+            [{"prompt_token_ids": [int(t) for t in prompt]}], [self._vllm_params(params, seed)], use_tqdm=False
+        )
+        self._requests[str(request_id)] = key
+
+    def poll(self) -> list[tuple[object, Generation]]:
+        """One step of vLLM's engine; the requests it finished."""
+        if not self._requests:
+            return []
+        done = []
+        for out in self.llm.llm_engine.step():
+            if out.finished and out.request_id in self._requests:
+                done.append((self._requests.pop(out.request_id), self._to_generation(out.outputs[0])))
+        return done
 
     @staticmethod
     def _to_generation(out) -> Generation:

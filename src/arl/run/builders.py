@@ -106,6 +106,7 @@ def build_agent_loop(c: Mapping[str, Any], engine, tokenizer) -> AgentLoop:
         max_turns=env.max_turns,
         max_prompt_tokens=r.max_prompt_tokens,
         sample_mode=r.sample_mode,
+        schedule=r.schedule,
         n_workers=r.n_workers,
         step_timeout=r.step_timeout,
     )

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from arl.agent.loop import SCHEDULES
 from arl.agent.samples import SAMPLE_MODES
 from arl.models.config import ModelSettings, without_missing_path
 from arl.rollout.hf_engine import HF_CACHES
@@ -89,6 +90,7 @@ class RolloutSettings:
     device: str | None = required(DEVICE)
     max_prompt_tokens: int = required(COUNT)
     sample_mode: str = required(one_of(SAMPLE_MODES))
+    schedule: str = required(one_of(SCHEDULES))
     n_workers: int = required(integer(0))
     step_timeout: float = required(number(0.0, low_open=True))
     hf_cache: str | None = absent_or(one_of(HF_CACHES))  # rollout=hf
