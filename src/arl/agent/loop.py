@@ -80,9 +80,16 @@ class RolloutStats:
     row_steps: int = 0  # rows decoded, summed over those steps (the generated tokens)
     extra: dict[str, float] = field(default_factory=dict)
 
-    def occupancy(self, max_batch_size: int) -> float:
-        """Mean share of the engine's ``max_batch_size`` rows busy at a decoding step."""
-        return self.row_steps / (self.decode_steps * max_batch_size) if self.decode_steps and max_batch_size else 0.0
+    @property
+    def rows_per_step(self) -> float:
+        """Rows the engine decoded per decoding step, on average: how full its batches were."""
+        return self.row_steps / self.decode_steps if self.decode_steps else 0.0
+
+    def add(self, other: RolloutStats) -> None:
+        """Add ``other``'s times and counts to these (several rollout rounds of one iteration)."""
+        for name in ("seconds", "generate_seconds", "env_seconds", "generated_tokens", "env_steps",
+                     "engine_calls", "decode_steps", "row_steps"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class AgentLoop:

@@ -40,7 +40,7 @@ import torch
 from lightning import LightningDataModule
 from torch.utils.data import DataLoader, IterableDataset
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, RolloutStats, Task
 from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode, episode_record
 from arl.agent.samples import collate_episodes, episode_table
@@ -252,17 +252,12 @@ class RolloutDataModule(LightningDataModule):
         kept: list[Episode] = []
         kept_groups = filled_groups = 0
         rounds = 0
-        tokens = env_steps = 0
-        gen_s = env_s = 0.0
+        total = RolloutStats()
         all_eps: list[Episode] = []
         filtering = self.group_filter is not None and it >= self.filter_cold_start
         while rounds < self.max_rollout_rounds and kept_groups < target:
             tasks, episodes = self._rollout_round(it, rounds, lo, hi)
-            stats = self.agent_loop.last_stats
-            tokens += stats.generated_tokens
-            env_steps += stats.env_steps
-            gen_s += stats.generate_seconds
-            env_s += stats.env_seconds
+            total.add(self.agent_loop.last_stats)
             all_eps.extend(episodes)
             rounds += 1
             if not filtering:
@@ -277,9 +272,7 @@ class RolloutDataModule(LightningDataModule):
             filled_groups += max(0, len(chosen) - len(keep_ids))
         self.iteration += 1
         seconds = time.perf_counter() - t0
-        metrics = self._train_metrics(
-            all_eps, kept_groups, filled_groups, filtering, rounds, tokens, env_steps, gen_s, env_s
-        )
+        metrics = self._train_metrics(all_eps, kept_groups, filled_groups, filtering, rounds, total)
         if kept_groups - filled_groups < target and filtering:
             log.info("iteration %d: filter kept %d/%d groups after %d rounds (%d filled from the last round)",
                      it, kept_groups - filled_groups, target, rounds, filled_groups)
@@ -297,11 +290,13 @@ class RolloutDataModule(LightningDataModule):
 
     def _train_metrics(
         self, all_eps: list[Episode], kept_groups: int, filled_groups: int, filtering: bool, rounds: int,
-        tokens: int, env_steps: int, gen_s: float, env_s: float,
+        stats: RolloutStats,
     ) -> Metrics:
         """The iteration's filter, speed and rollout metrics of this rank, with how each combines
         over ranks (counts and throughputs add up, the slowest rank's times); the episode
-        statistics are over ``all_eps``, every episode rolled out (kept or not)."""
+        statistics are over ``all_eps``, every episode rolled out (kept or not); ``stats`` sums
+        the agent loop's timings over the iteration's rollout rounds."""
+        gen_s, env_s = stats.generate_seconds, stats.env_seconds
         metrics = Metrics()
         metrics.sum("filter/kept_groups", kept_groups - filled_groups)
         metrics.sum("filter/filled_groups", filled_groups)
@@ -309,8 +304,9 @@ class RolloutDataModule(LightningDataModule):
         metrics.max("filter/rounds", rounds)
         metrics.max("perf/generate_s", gen_s)
         metrics.max("perf/env_s", env_s)
-        metrics.sum("rollout/tokens_per_s", tokens / max(gen_s, 1e-9))
-        metrics.sum("rollout/env_steps_per_s", env_steps / max(env_s, 1e-9))
+        metrics.sum("rollout/tokens_per_s", stats.generated_tokens / max(gen_s, 1e-9))
+        metrics.sum("rollout/env_steps_per_s", stats.env_steps / max(env_s, 1e-9))
+        metrics.mean("rollout/rows_per_step", stats.rows_per_step)
         metrics.sum("rollout/env_worker_restarts", self.agent_loop.pool.restarts)
         metrics.sum("rollout/episodes", len(all_eps))
         # statistics of everything rolled out: the filter must not hide how the policy does

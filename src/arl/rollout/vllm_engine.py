@@ -572,16 +572,22 @@ class VLLMEngine:
         (request_id,) = self.llm.enqueue(
             [{"prompt_token_ids": [int(t) for t in prompt]}], [self._vllm_params(params, seed)], use_tqdm=False
         )
-        self._requests[str(request_id)] = key
+        # enqueue answers vLLM's internal id ("<counter>-<8 random characters>"); outputs carry the counter
+        self._requests[str(request_id).split("-", 1)[0]] = key
 
     def poll(self) -> list[tuple[object, Generation]]:
         """One step of vLLM's engine; the requests it finished."""
         if not self._requests:
             return []
+        engine = self.llm.llm_engine
         done = []
-        for out in self.llm.llm_engine.step():
-            if out.finished and out.request_id in self._requests:
-                done.append((self._requests.pop(out.request_id), self._to_generation(out.outputs[0])))
+        for out in engine.step():
+            rid = str(out.request_id).split("-", 1)[0]
+            if out.finished and rid in self._requests:
+                done.append((self._requests.pop(rid), self._to_generation(out.outputs[0])))
+        if not done and self._requests and not engine.has_unfinished_requests():
+            lost, self._requests = sorted(self._requests), {}
+            raise RuntimeError(f"vLLM has no unfinished request but never returned requests {lost[:5]}")
         return done
 
     @staticmethod

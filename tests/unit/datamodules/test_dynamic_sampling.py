@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from arl.agent.loop import RolloutStats
 from arl.agent.records import Episode, Turn
 from arl.algos import filters
 from arl.algos.schema import FilterConfig
@@ -31,7 +32,7 @@ class ScriptedLoop:
         self.script = script
         self.valid = valid
         self.round = 0
-        self.last_stats = SimpleNamespace(generated_tokens=1, env_steps=1, generate_seconds=1.0, env_seconds=1.0)
+        self.last_stats = RolloutStats(generated_tokens=1, env_steps=1, generate_seconds=1.0, env_seconds=1.0)
         self.pool = SimpleNamespace(restarts=0)
 
     def run(self, tasks, group_size, params, first_episode_id=0):

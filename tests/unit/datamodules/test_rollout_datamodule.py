@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from arl.agent.loop import RolloutStats
 from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share
 from arl.rollout.engine import SamplingParams
 
@@ -21,7 +22,7 @@ class _FakeLoop:
 
     def __init__(self):
         self.calls = []
-        self.last_stats = SimpleNamespace(generated_tokens=1, env_steps=1, generate_seconds=1.0, env_seconds=1.0)
+        self.last_stats = RolloutStats(generated_tokens=1, env_steps=1, generate_seconds=1.0, env_seconds=1.0)
         self.pool = SimpleNamespace(restarts=0)
 
     def run(self, tasks, group_size, params, first_episode_id=0):
@@ -84,7 +85,8 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
     dm = SimpleNamespace(agent_loop=loop)
     rank0 = [ep(True, [1, 1], (3,)), ep(False, [0, 1, 0, 0])]
     rank1 = [ep(True, [1], (7,)), SimpleNamespace(env_error=True, turns=[], task_type="t")]
-    per_rank = [RolloutDataModule._train_metrics(dm, eps, 1, 0, False, 1, 10, 5, 2.0, 1.0) for eps in (rank0, rank1)]
+    stats = RolloutStats(generate_seconds=2.0, env_seconds=1.0, generated_tokens=10, env_steps=5, decode_steps=4, row_steps=10)
+    per_rank = [RolloutDataModule._train_metrics(dm, eps, 1, 0, False, 1, stats) for eps in (rank0, rank1)]
     out = combine(per_rank)
     everything = episode_metrics(rank0 + rank1, "rollout/")
     for key in ("rollout/success_rate", "rollout/return_mean", "rollout/valid_action_ratio", "rollout/episode_len",
@@ -94,6 +96,7 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
     assert out["rollout/episodes"] == 4.0 and out["rollout/env_errors"] == 1.0
     assert out["filter/kept_groups"] == 2.0 and out["filter/rounds"] == 1.0 and out["filter/active"] == 0.0
     assert out["rollout/tokens_per_s"] == 10.0 and out["perf/generate_s"] == 2.0  # rates add up, times are the max
+    assert out["rollout/rows_per_step"] == 2.5  # 10 rows over 4 decoding steps, the mean over ranks
     # the module combines the gathered Metrics the same way
     module = AgenticRLModule.__new__(AgenticRLModule)
     monkeypatch.setattr(AgenticRLModule, "_world_size", lambda self: 2)
