@@ -54,13 +54,15 @@ def _run(loop, tasks, group_size, params, **kw):
 @pytest.mark.parametrize("env", list(ENVS))
 def test_greedy_episode_schedule_equals_lockstep(tiny, env):
     """Acceptance: under greedy decoding both schedules give the same episodes (ids, rewards,
-    turns), log-probs to float noise, with a batch narrower than the episodes (rows refilled)."""
+    turns), log-probs to float noise, with a batch narrower than the episodes (rows refilled), and
+    with the env steps in two workers running beside the decoding."""
     pytest.importorskip("alfworld") if env == "alfworld" else None
     tasks = [Task(g, 300 + g) for g in range(3)]
     params = SamplingParams(temperature=0.0, max_new_tokens=24)
     lock = _run(_loop(tiny, "lockstep", env, ENVS[env]), tasks, 2, params)
     each = _run(_loop(tiny, "episode", env, ENVS[env], max_batch_size=4), tasks, 2, params)
-    assert _trace(each) == _trace(lock)
+    beside = _run(_loop(tiny, "episode", env, ENVS[env], max_batch_size=4, n_workers=2), tasks, 2, params)
+    assert _trace(each) == _trace(lock) == _trace(beside)
     assert sum(e.num_turns for e in lock) > len(lock)  # episodes went past their first turn
     assert _log_prob_gap(each, lock) < 1e-5
 
@@ -141,3 +143,24 @@ def test_episode_schedule_needs_a_streaming_engine(tiny):
         AgentLoop(Plain(), tok, "sokoban", SOKOBAN, schedule="episode")
     with pytest.raises(ValueError, match="schedule='sometimes' is not valid"):
         AgentLoop(Plain(), tok, "sokoban", SOKOBAN, schedule="sometimes")
+
+
+def test_an_error_mid_rollout_leaves_no_request_behind(tiny):
+    """A turn that fails (here a prompt past ``max_prompt_tokens`` at the second turn) stops the
+    rollout with its error and drops the requests in flight: the next rollout on the same engine
+    gets exactly what a fresh engine gives."""
+    model, tok = tiny
+    tasks, params = [Task(0, 71), Task(1, 72)], SamplingParams(temperature=0.0, max_new_tokens=12)
+    probe = _run(_loop(tiny, "episode", kwargs={**SOKOBAN, "prompt_style": "full"}), tasks, 2, params)
+    first = min(len(e.turns[0].prompt_ids) for e in probe)
+    later = max(len(t.prompt_ids) for e in probe for t in e.turns[1:])
+    assert later > first
+    engine = HFEngine(model, tok, max_batch_size=2)
+    loop = AgentLoop(engine, tok, "sokoban", {**SOKOBAN, "prompt_style": "full"}, history_window=1, max_turns=4,
+                     schedule="episode", max_prompt_tokens=first)
+    with pytest.raises(ValueError, match="exceeds rollout.max_prompt_tokens"):
+        loop.run(tasks, group_size=2, params=params)
+    assert engine.in_flight == 0
+    again = AgentLoop(engine, tok, "sokoban", SOKOBAN, history_window=1, max_turns=4, schedule="episode")
+    fresh = _loop(tiny, "episode", max_batch_size=2)
+    assert _trace(_run(again, tasks, 2, params)) == _trace(_run(fresh, tasks, 2, params))

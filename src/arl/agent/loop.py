@@ -218,38 +218,71 @@ class AgentLoop:
                 seed = request_seed(episodes[slot].seed, slot % group_size, len(episodes[slot].turns))
                 self.engine.submit(slot, prompt, params, seed)
 
-        launch(active)
-        shown, finished_episodes = t0, 0
-        while self.engine.in_flight:
-            tg = time.perf_counter()
-            busy = min(self.engine.in_flight, self.engine.max_batch_size)
-            answers = self.engine.poll()
-            stats.generate_seconds += time.perf_counter() - tg
-            stats.engine_calls += 1
-            stats.decode_steps += 1
-            stats.row_steps += busy
-            if not answers:
-                continue
-            answers.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
-            slots = [slot for slot, _ in answers]
-            parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in answers}
-            still = self._step_envs(slots, [prompts.pop(s) for s in slots], parsed_by_slot, teacher, state, stats)
-            finished_episodes += len(slots) - len([s for s in still if len(episodes[s].turns) < self.max_turns])
-            launch(still)
+        try:
+            launch(active)
+            self._stream_turns(prompts, launch, state, params, teacher, stats, t0)
+        finally:
+            if self.engine.in_flight:  # an error left requests behind: they must not reach the next rollout
+                self.engine.abort()
+
+    def _stream_turns(self, prompts, launch, state, params, teacher, stats, t0) -> None:
+        """Poll the engine until no request is in flight and no env is stepping; every finished
+        answer steps its env and launches the episode's next turn.
+
+        With env workers (and no teacher) the steps run in the workers while the engine goes on
+        decoding (:meth:`EnvPool.step_begin`); ``stats.env_seconds`` then counts only the time the
+        loop waited for them with nothing to decode."""
+        episodes, _, infos, _ = state
+        overlap = self.pool.n_workers > 0 and not teacher
+        stepping: dict[int, tuple[list[int], tuple[Generation, str, ParsedAction]]] = {}  # slot -> (prompt, answer)
+        shown = t0
+        while self.engine.in_flight or stepping:
+            if self.engine.in_flight:
+                tg = time.perf_counter()
+                busy = min(self.engine.in_flight, self.engine.max_batch_size)
+                answers = self.engine.poll()
+                stats.generate_seconds += time.perf_counter() - tg
+                stats.engine_calls += 1
+                stats.decode_steps += 1
+                stats.row_steps += busy
+                answers.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
+                slots = [slot for slot, _ in answers]
+                parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in answers}
+                if overlap and answers:
+                    te = time.perf_counter()
+                    self.pool.step_begin({slot: self._action(parsed) for slot, (_, _, parsed) in parsed_by_slot.items()})
+                    stats.env_seconds += time.perf_counter() - te
+                    stepping.update({slot: (prompts.pop(slot), parsed_by_slot[slot]) for slot in slots})
+                elif answers:
+                    launch(self._step_envs(slots, [prompts.pop(s) for s in slots], parsed_by_slot, teacher, state, stats))
+            if stepping:
+                te = time.perf_counter()
+                results = self.pool.step_ready(timeout=0.0 if self.engine.in_flight else 1.0)
+                stats.env_seconds += time.perf_counter() - te
+                if results:
+                    slots = sorted(results)
+                    done = {slot: stepping.pop(slot) for slot in slots}
+                    parsed_by_slot = {slot: answer for slot, (_, answer) in done.items()}
+                    stats.env_steps += len(slots)
+                    stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+                    launch(self._record_turns(slots, [done[s][0] for s in slots], parsed_by_slot, results, {}, *state))
             if self.progress_every is not None and time.perf_counter() - shown >= self.progress_every:
                 shown = time.perf_counter()
                 log.info(
                     "rollout: %d of %d episodes finished, %d won | %d turns, %d tokens, %.1f turns/s | %.0fs",
-                    finished_episodes, len(episodes), sum(ep.won for ep in episodes), stats.env_steps,
-                    stats.generated_tokens, stats.env_steps / (shown - t0), shown - t0,
+                    len(episodes) - len(prompts) - len(stepping), len(episodes), sum(ep.won for ep in episodes),
+                    stats.env_steps, stats.generated_tokens, stats.env_steps / (shown - t0), shown - t0,
                 )
+
+    def _action(self, parsed: ParsedAction) -> str:
+        """What the env is sent for an answer: its action, or the env's no-op when it is invalid."""
+        return parsed.action if parsed.valid else self.spec.invalid_action
 
     def _step_envs(self, slots, prompts, parsed_by_slot, teacher, state, stats) -> list[int]:
         """Ask the teacher (if any), step the environments of ``slots`` with their parsed actions,
         record the turns; returns the slots whose episodes go on."""
         episodes, obs, infos, histories = state
-        actions = {slot: parsed.action if parsed.valid else self.spec.invalid_action
-                   for slot, (_, _, parsed) in parsed_by_slot.items()}
+        actions = {slot: self._action(parsed) for slot, (_, _, parsed) in parsed_by_slot.items()}
         te = time.perf_counter()
         labels = self.pool.call(teacher, slots) if teacher else {}
         results = self.pool.step(actions)

@@ -14,6 +14,12 @@ as an error, and the slots of the other workers finish normally.
 :meth:`EnvPool.call` runs a function on the environments of some slots where they live (the
 experts that label the states a policy reached, for DAgger); its failure loses nothing.
 
+:meth:`EnvPool.step_begin` and :meth:`EnvPool.step_ready` split a step in two, so that the caller
+works (the per-episode agent loop decodes) while the workers step: ``step_begin`` sends the
+actions and returns at once, ``step_ready`` hands back the results that have arrived. Failures,
+deadlines and lost workers are handled as in :meth:`EnvPool.step`. Without workers ``step_begin``
+steps at once and ``step_ready`` returns those results.
+
 ``n_workers=0`` keeps the environments in this process (no isolation, no timeout; the fastest for
 pure-Python envs such as Sokoban). Results depend only on the slots' seeds and actions, never on
 the number of workers.
@@ -268,6 +274,9 @@ class EnvPool:
         self._start_method = start_method
         self._open: set[int] = set()
         self.worker_grace = float(worker_grace)
+        # begun steps not yet collected: per worker index, (slots, deadline) in the order they were sent
+        self._begun: dict[int, list[tuple[list[int], float]]] = {}
+        self._ready: dict[int, tuple[StepResult, bool]] = {}  # collected results not yet handed back
 
     # ------------------------------------------------------------------ workers
     def _ensure_workers(self) -> None:
@@ -288,6 +297,8 @@ class EnvPool:
     def _dispatch(self, cmd: str, items: Sequence[tuple[int, Any]]) -> dict[int, tuple[Any, ...] | None]:
         """Send each worker its share of ``items``; collect replies. Lost slots map to None."""
         self._ensure_workers()
+        if any(self._begun.values()):
+            raise RuntimeError(f"EnvPool.{cmd} while begun steps are not collected (step_ready)")
         shares: dict[int, list[tuple[int, Any]]] = {}
         for slot, value in items:
             shares.setdefault(slot % self.n_workers, []).append((slot, value))
@@ -329,8 +340,9 @@ class EnvPool:
         return self._dispatch(cmd, items)
 
     def _lose_worker(self, worker: _Worker, share: list, out: dict, why: str) -> None:
-        """Restart ``worker``; every slot it held is lost."""
-        held = sorted({s for s in self._open if s % self.n_workers == worker.index} | {s for s, _ in share})
+        """Restart ``worker``; every slot it held is lost (those of its begun steps too)."""
+        begun = [s for slots, _ in self._begun.pop(worker.index, []) for s in slots]
+        held = sorted({s for s in self._open if s % self.n_workers == worker.index} | {s for s, _ in share} | set(begun))
         log.warning("env worker %d (%s): %s; restarting it, %d slot(s) lost", worker.index, self.env_name, why, len(held))
         worker.restart()
         for slot in held:
@@ -361,16 +373,87 @@ class EnvPool:
         """Step the given slots; returns slot -> (result, env_error). A failed slot is closed."""
         items = sorted(actions.items())
         replies = self._run("step", items)
-        out = {}
-        for slot, _ in items:
-            reply = replies.get(slot)
-            result, err = (_failed_step(), "worker lost") if reply is None else reply
-            if err:
-                self.errors += 1
-                self._open.discard(slot)
-                log.warning("env %s slot %d: %s", self.env_name, slot, err)
-            out[slot] = (result, bool(err))
-        return out
+        return {slot: self._step_result(slot, replies.get(slot)) for slot, _ in items}
+
+    def _step_result(self, slot: int, reply: tuple | None) -> tuple[StepResult, bool]:
+        """(result, env_error) of one slot's step reply (None: its worker was lost); a failed slot is closed."""
+        result, err = (_failed_step(), "worker lost") if reply is None else reply
+        if err:
+            self.errors += 1
+            self._open.discard(slot)
+            log.warning("env %s slot %d: %s", self.env_name, slot, err)
+        return result, bool(err)
+
+    @property
+    def steps_pending(self) -> int:
+        """Slots whose begun step has not been handed back by :meth:`step_ready`."""
+        return sum(len(slots) for queue in self._begun.values() for slots, _ in queue) + len(self._ready)
+
+    def step_begin(self, actions: dict[int, str]) -> None:
+        """Start stepping the given slots (see the module docstring); collect with :meth:`step_ready`."""
+        if self._local is not None or not actions:
+            self._ready.update(self.step(actions))
+            return
+        self._ensure_workers()
+        shares: dict[int, list[tuple[int, str]]] = {}
+        for slot, action in sorted(actions.items()):
+            shares.setdefault(slot % self.n_workers, []).append((slot, action))
+        now = time.monotonic()
+        for w_idx, share in shares.items():
+            worker = self._workers[w_idx]
+            queue = self._begun.setdefault(w_idx, [])
+            # a worker answers its commands in order: this one's deadline counts the steps queued before it
+            start = queue[-1][1] if queue else now
+            deadline = max(start, now) + (self.step_timeout or 60.0) * len(share) + self.worker_grace
+            try:
+                worker.conn.send(("step", share))
+            except (OSError, BrokenPipeError):
+                out: dict[int, Any] = {}
+                self._lose_worker(worker, share, out, "worker pipe broken")
+                self._ready.update({slot: self._step_result(slot, None) for slot in out})
+                continue
+            queue.append(([slot for slot, _ in share], deadline))
+
+    def step_ready(self, timeout: float = 0.0) -> dict[int, tuple[StepResult, bool]]:
+        """The results of begun steps that have arrived: slot -> (result, env_error); waits up to
+        ``timeout`` seconds for the first when none has. A worker past its deadline is restarted
+        and the slots of its begun steps come back as errors (its other slots are lost too and
+        say so at their next step)."""
+        pending = {w: queue for w, queue in self._begun.items() if queue}
+        if not self._ready and pending and timeout > 0:
+            first_deadline = min(queue[0][1] for queue in pending.values())
+            wait([self._workers[w].conn for w in pending], timeout=max(0.0, min(timeout, first_deadline - time.monotonic())))
+        for w_idx, queue in list(pending.items()):
+            worker = self._workers[w_idx]
+            try:
+                while queue and worker.conn.poll(0):
+                    replies = worker.conn.recv()
+                    queue.pop(0)
+                    for reply in replies:
+                        self._ready[reply[0]] = self._step_result(reply[0], reply[1:])
+            except (EOFError, OSError):
+                self._lose_begun(worker, f"worker died (exit code {worker.proc.exitcode})")
+                continue
+            if queue and time.monotonic() >= queue[0][1]:
+                self._lose_begun(worker, "worker did not answer before its deadline")
+            elif not queue:
+                self._begun.pop(w_idx, None)
+        ready, self._ready = self._ready, {}
+        return ready
+
+    def _lose_begun(self, worker: _Worker, why: str) -> None:
+        """Restart ``worker``; the slots of its begun steps come back as errors."""
+        begun = [slot for slots, _ in self._begun.get(worker.index, []) for slot in slots]
+        self._lose_worker(worker, [], {}, why)
+        self._ready.update({slot: self._step_result(slot, None) for slot in begun})
+
+    def _drain_begun(self) -> None:
+        """Wait for every begun step and drop the results (a rollout that stopped early must not
+        leave replies in the pipes for the next command)."""
+        while any(self._begun.values()):
+            self.step_ready(timeout=1.0)
+        self._begun.clear()
+        self._ready.clear()
 
     def call(self, fn_path: str, slots: Sequence[int]) -> dict[int, tuple[Any, str]]:
         """Run ``fn_path`` (``"package.module:function"``) on the env of each of ``slots``, where it
@@ -389,6 +472,7 @@ class EnvPool:
 
     def close_slots(self) -> None:
         """Close every open slot (the workers stay up for the next rollout)."""
+        self._drain_begun()
         if self._local is not None:
             self._local.close()
         elif self._workers and self._open:

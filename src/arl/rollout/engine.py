@@ -87,6 +87,10 @@ class StreamingEngine(RolloutEngine, Protocol):
         """Requests submitted and not yet returned by :meth:`poll`."""
         ...
 
+    def abort(self) -> None:
+        """Drop every request in flight (after an error, so none reaches a later rollout)."""
+        ...
+
 
 def request_seed(task_seed: int, member: int, turn: int) -> int:
     """The sampling seed of one request: turn ``turn`` of group member ``member`` of the task
@@ -145,6 +149,10 @@ class LazyEngine:
     @property
     def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
         return 0 if self.engine is None else self.engine.in_flight
+
+    def abort(self) -> None:  # noqa: D102 - see StreamingEngine
+        if self.engine is not None:
+            self.engine.abort()
 
     def load_weights(self, named_tensors) -> None:
         """Stream ``(name, tensor)`` pairs into the engine (built first if need be)."""

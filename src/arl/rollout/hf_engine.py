@@ -84,6 +84,10 @@ class HFEngine:
     def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
         return 0 if self._stream is None else self._stream.in_flight
 
+    def abort(self) -> None:  # noqa: D102 - see StreamingEngine
+        if self._stream is not None:
+            self._stream.reset()
+
     def sync(self, policy) -> None:  # noqa: D102 - shares the trainer's module
         if policy is not self.model:
             self.model.load_state_dict(policy.state_dict())

