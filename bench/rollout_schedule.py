@@ -3,10 +3,14 @@
 The same episodes (same tasks, same per-request seeds) are rolled out on the same engine by the
 agent loop with ``schedule=lockstep`` (every active episode's turn in one ``generate`` call) and
 ``schedule=episode`` (each episode on its own over the engine's continuous batching), alternating,
-and the table prints for each: episodes/s, generated tokens/s, rows per decoding step (how full the
-engine's batches were), the share of the rollout spent stepping environments, and whether both
-schedules produced the same episodes (they should, token for token, where the engine is
-batch-invariant).
+and the table prints for each: episodes/s, generated tokens/s, the decoding steps the engine ran
+(lockstep: the longest answer of each turn's call; episode: engine steps) and rows per step (how
+full its batches were), the share of the rollout the loop spent waiting for environments, and
+whether both schedules produced the same episodes (they should, token for token, where the engine
+seeds requests and is batch-invariant). ``steps saved`` is lockstep's decoding steps over the
+per-episode schedule's: the speed-up on an engine whose decoding step costs the same whatever the
+number of rows (a GPU below its compute limit); on a CPU a step's cost grows with its rows, so
+fewer, fuller steps save less time.
 
 Workloads:
 
@@ -202,9 +206,11 @@ def bench(name: str, args, console: Console) -> dict:
         turns = sum(e.num_turns for e in episodes[schedule])
         out[schedule] = {"seconds": sec, "eps_per_s": n_eps / sec, "tok_per_s": st.generated_tokens / sec,
                          "rows_per_step": st.rows_per_step, "env_share": st.env_seconds / st.seconds,
+                         "steps": st.decode_steps,
                          "turns": turns, "tokens": st.generated_tokens,
                          "answer_len": [len(t.response_ids) for e in episodes[schedule] for t in e.turns]}
     out["speedup"] = out["episode"]["eps_per_s"] / out["lockstep"]["eps_per_s"]
+    out["step_ratio"] = out["lockstep"]["steps"] / max(out["episode"]["steps"], 1)
     return out
 
 
@@ -229,7 +235,7 @@ def main() -> None:
     table = Table(title=f"rollout schedules on the {args.engine} engine, {args.n_workers} env workers "
                         f"(median of {args.repeats}, same tasks and seeds)")
     for col in ("workload", "episodes", "turns", "answer tokens p10/p50/p90", "schedule", "episodes/s", "tokens/s",
-                "rows/step", "env share", "speed-up", "same episodes"):
+                "decoding steps", "rows/step", "env share", "speed-up", "steps saved", "same episodes"):
         table.add_column(col, justify="right")
     for r in rows:
         lengths = sorted(r["lockstep"]["answer_len"])
@@ -239,8 +245,9 @@ def main() -> None:
             first = schedule == "lockstep"
             table.add_row(r["workload"] if first else "", str(r["episodes"]) if first else "", str(s["turns"]),
                           pct if first else "", schedule, f"{s['eps_per_s']:.2f}", f"{s['tok_per_s']:.0f}",
-                          f"{s['rows_per_step']:.1f}", f"{100 * s['env_share']:.0f}%",
-                          "" if first else f"{r['speedup']:.2f}x", "" if first else f"{r['same']}/{r['episodes']}")
+                          str(s["steps"]), f"{s['rows_per_step']:.1f}", f"{100 * s['env_share']:.0f}%",
+                          "" if first else f"{r['speedup']:.2f}x", "" if first else f"{r['step_ratio']:.2f}x",
+                          "" if first else f"{r['same']}/{r['episodes']}")
     console.print(table)
 
 

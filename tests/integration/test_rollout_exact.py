@@ -1,5 +1,6 @@
 """Token-exact rollouts on the real tiny model: what the trainer scores is what was sampled."""
 
+import pytest
 import torch
 
 from arl.agent.loop import AgentLoop, Task
@@ -88,3 +89,19 @@ def test_a_long_rollout_logs_its_progress(tiny, caplog):
         if expect_lines:
             playing = sum(1 for ep in episodes if ep.num_turns > 1)
             assert lines[0].startswith(f"rollout: turn 1/3 | {playing} of 2 episodes still playing, 0 won | ")
+
+
+def test_per_prompt_token_counts(tiny):
+    """Sampling parameters one per prompt that differ in their token counts: each row is cut at its
+    own max_new_tokens (a prefix of the row decoded to the largest); any other difference is refused."""
+    model, tok = tiny
+    engine = HFEngine(model, tok)
+    prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in ("#_P_#\nup", "Push the box.", "x")]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=9, stop=())
+    full = engine.generate(prompts, greedy)
+    each = [SamplingParams(temperature=0.0, max_new_tokens=n, stop=()) for n in (3, 9, 5)]
+    cut = engine.generate(prompts, each)
+    assert [g.token_ids for g in cut] == [f.token_ids[:n] for f, n in zip(full, (3, 9, 5))]
+    assert [g.finish_reason for g in cut] == ["length"] * 3
+    with pytest.raises(ValueError, match="may differ only in max_new_tokens"):
+        engine.generate(prompts, [greedy, greedy, SamplingParams(temperature=1.0, max_new_tokens=9, stop=())])

@@ -76,8 +76,9 @@ class RolloutStats:
     generated_tokens: int = 0
     env_steps: int = 0
     engine_calls: int = 0  # generate calls (lockstep) or engine steps (episode)
-    decode_steps: int = 0  # decoding steps the engine ran (lockstep: the longest answer of each call)
+    decode_steps: int = 0  # decoding steps the engine ran (lockstep: the longest answer of each batch of a call)
     row_steps: int = 0  # rows decoded, summed over those steps (the generated tokens)
+    env_overlapped: bool = False  # env steps ran in workers beside the decoding: env_seconds is the loop's wait only
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -90,6 +91,7 @@ class RolloutStats:
         for name in ("seconds", "generate_seconds", "env_seconds", "generated_tokens", "env_steps",
                      "engine_calls", "decode_steps", "row_steps"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.env_overlapped = self.env_overlapped or other.env_overlapped
 
 
 class AgentLoop:
@@ -193,8 +195,8 @@ class AgentLoop:
             gens = self.engine.generate(prompts, params, seeds=seeds)
             stats.generate_seconds += time.perf_counter() - tg
             stats.engine_calls += 1
-            stats.decode_steps += max((len(g.token_ids) for g in gens), default=0)
-            stats.row_steps += sum(len(g.token_ids) for g in gens)
+            width = max(1, int(getattr(self.engine, "max_batch_size", len(gens)) or len(gens)))
+            stats.decode_steps += sum(max(len(g.token_ids) for g in gens[i : i + width]) for i in range(0, len(gens), width))
             parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in zip(active, gens)}
             active = self._step_envs(active, prompts, parsed_by_slot, teacher, state, stats)
             if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
@@ -234,17 +236,16 @@ class AgentLoop:
         loop waited for them with nothing to decode."""
         episodes, _, infos, _ = state
         overlap = self.pool.n_workers > 0 and not teacher
+        stats.env_overlapped = overlap
         stepping: dict[int, tuple[list[int], tuple[Generation, str, ParsedAction]]] = {}  # slot -> (prompt, answer)
         shown = t0
         while self.engine.in_flight or stepping:
             if self.engine.in_flight:
                 tg = time.perf_counter()
-                busy = min(self.engine.in_flight, self.engine.max_batch_size)
                 answers = self.engine.poll()
                 stats.generate_seconds += time.perf_counter() - tg
                 stats.engine_calls += 1
                 stats.decode_steps += 1
-                stats.row_steps += busy
                 answers.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
                 slots = [slot for slot, _ in answers]
                 parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in answers}
@@ -264,7 +265,7 @@ class AgentLoop:
                     done = {slot: stepping.pop(slot) for slot in slots}
                     parsed_by_slot = {slot: answer for slot, (_, answer) in done.items()}
                     stats.env_steps += len(slots)
-                    stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+                    self._count_tokens(parsed_by_slot, stats)
                     launch(self._record_turns(slots, [done[s][0] for s in slots], parsed_by_slot, results, {}, *state))
             if self.progress_every is not None and time.perf_counter() - shown >= self.progress_every:
                 shown = time.perf_counter()
@@ -273,6 +274,13 @@ class AgentLoop:
                     len(episodes) - len(prompts) - len(stepping), len(episodes), sum(ep.won for ep in episodes),
                     stats.env_steps, stats.generated_tokens, stats.env_steps / (shown - t0), shown - t0,
                 )
+
+    @staticmethod
+    def _count_tokens(parsed_by_slot: dict[int, tuple[Generation, str, ParsedAction]], stats: RolloutStats) -> None:
+        """Add the answers' tokens to ``stats`` (each decoded row gives one token a step)."""
+        tokens = sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+        stats.generated_tokens += tokens
+        stats.row_steps += tokens
 
     def _action(self, parsed: ParsedAction) -> str:
         """What the env is sent for an answer: its action, or the env's no-op when it is invalid."""
@@ -288,7 +296,7 @@ class AgentLoop:
         results = self.pool.step(actions)
         stats.env_seconds += time.perf_counter() - te
         stats.env_steps += len(actions)
-        stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+        self._count_tokens(parsed_by_slot, stats)
         return self._record_turns(slots, prompts, parsed_by_slot, results, labels, episodes, obs, infos, histories)
 
     def _start_episodes(

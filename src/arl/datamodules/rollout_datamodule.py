@@ -305,7 +305,8 @@ class RolloutDataModule(LightningDataModule):
         metrics.max("perf/generate_s", gen_s)
         metrics.max("perf/env_s", env_s)
         metrics.sum("rollout/tokens_per_s", stats.generated_tokens / max(gen_s, 1e-9))
-        metrics.sum("rollout/env_steps_per_s", stats.env_steps / max(env_s, 1e-9))
+        if not stats.env_overlapped:  # else env_s is only the wait for steps that ran beside the decoding
+            metrics.sum("rollout/env_steps_per_s", stats.env_steps / max(env_s, 1e-9))
         metrics.mean("rollout/rows_per_step", stats.rows_per_step)
         metrics.sum("rollout/env_worker_restarts", self.agent_loop.pool.restarts)
         metrics.sum("rollout/episodes", len(all_eps))

@@ -391,7 +391,9 @@ class EnvPool:
 
     def step_begin(self, actions: dict[int, str]) -> None:
         """Start stepping the given slots (see the module docstring); collect with :meth:`step_ready`."""
-        if self._local is not None or not actions:
+        if not actions:
+            return
+        if self._local is not None:
             self._ready.update(self.step(actions))
             return
         self._ensure_workers()
@@ -408,9 +410,11 @@ class EnvPool:
             try:
                 worker.conn.send(("step", share))
             except (OSError, BrokenPipeError):
-                out: dict[int, Any] = {}
-                self._lose_worker(worker, share, out, "worker pipe broken")
-                self._ready.update({slot: self._step_result(slot, None) for slot in out})
+                # only the slots with a step under way come back (as errors); the worker's other
+                # slots are lost too and say so at their next step
+                stepping = [slot for slots, _ in queue for slot in slots] + [slot for slot, _ in share]
+                self._lose_worker(worker, share, {}, "worker pipe broken")
+                self._ready.update({slot: self._step_result(slot, None) for slot in stepping})
                 continue
             queue.append(([slot for slot, _ in share], deadline))
 

@@ -13,8 +13,9 @@ class SamplingParams:
 
     ``temperature == 0`` means greedy decoding. ``top_k == 0`` and ``top_p == 1`` disable those
     filters. Generation stops after an EOS token, after any of ``stop`` appears in the decoded
-    text (the stop string is kept), or after ``max_new_tokens``; never before ``min_new_tokens``
-    (EOS and stops are not sampled until then: a fixed answer length, for benches).
+    text (the stop string is kept), or after ``max_new_tokens``; not before ``min_new_tokens``
+    (stop tokens are not sampled until then; for fixed answer lengths in benches, with ``stop=()``:
+    engines differ on stop strings completed earlier).
     """
 
     temperature: float = 1.0

@@ -12,6 +12,7 @@ otherwise generate on the CPU of a GPU machine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -119,13 +120,34 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams, seeds: Sequence[int] | None = None
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Sample each batch from the process's torch RNG stream (checkpoints keep it, so a resumed
-        run continues it exactly); per-request ``seeds`` are not used by this engine."""
+        run continues it exactly); per-request ``seeds`` are not used by this engine.
+
+        ``params`` may be one per prompt when they differ only in their token counts: the batch is
+        decoded to the largest ``max_new_tokens`` (and ``min_new_tokens``) and each row is cut at
+        its own ``max_new_tokens``."""
+        each = None
+        if not isinstance(params, SamplingParams):
+            each = list(params)
+            if len(each) != len(prompts):
+                raise ValueError(f"generate: {len(each)} sampling parameters for {len(prompts)} prompts")
+            if not each:
+                return []
+            shared = {dataclasses.replace(p, max_new_tokens=1, min_new_tokens=0) for p in each}
+            if len(shared) > 1:
+                raise ValueError("generate: per-prompt sampling parameters may differ only in max_new_tokens and min_new_tokens")
+            params = dataclasses.replace(each[0], max_new_tokens=max(p.max_new_tokens for p in each),
+                                         min_new_tokens=max(p.min_new_tokens for p in each))
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             out.extend(self._generate_batch(prompts[start : start + self.max_batch_size], params))
+        if each is not None:
+            out = [g if len(g.token_ids) <= p.max_new_tokens else
+                   Generation(g.token_ids[: p.max_new_tokens], g.log_probs[: p.max_new_tokens], "length")
+                   for g, p in zip(out, each)]
         return out
 
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: SamplingParams) -> list[Generation]:

@@ -221,15 +221,14 @@ class RefillDecoder:
         for i, r in enumerate(rows):
             groups.setdefault(r.params, []).append(i)
         for params, idx in groups.items():
-            part = logits[idx]
-            blocked = [i for i in idx if len(rows[i].tokens) < params.min_new_tokens]
-            if blocked:  # no stop token before min_new_tokens
-                for j, i in enumerate(idx):
-                    if i in blocked and rows[i].stop_ids:
-                        part[j, list(rows[i].stop_ids)] = float("-inf")
             greedy = params.temperature <= 0
-            scaled = part if greedy else part / params.temperature
-            log_probs = torch.log_softmax(scaled, dim=-1)
+            scaled = logits[idx] if greedy else logits[idx] / params.temperature
+            log_probs = torch.log_softmax(scaled, dim=-1)  # the contract: before any filter or block
+            blocked = [j for j, i in enumerate(idx) if len(rows[i].tokens) < params.min_new_tokens and rows[i].stop_ids]
+            if blocked:  # no stop token before min_new_tokens
+                scaled = scaled.clone()
+                for j in blocked:
+                    scaled[j, list(rows[idx[j]].stop_ids)] = float("-inf")
             if greedy:
                 picks = scaled.argmax(dim=-1).tolist()
             else:
@@ -248,10 +247,11 @@ class RefillDecoder:
             return False
         if r.tokens[-1] in r.stop_ids:
             return True
-        if r.stop_strings:
+        if r.stop_strings:  # a stop string the last token completed
             window = 4 * max(len(s) for s in r.stop_strings) + 4
             tail = self.tokenizer.decode(r.tokens[-window:], skip_special_tokens=False)
-            return any(s in tail for s in r.stop_strings)
+            before = self.tokenizer.decode(r.tokens[-window:-1], skip_special_tokens=False)
+            return any(s in tail and s not in before for s in r.stop_strings)
         return False
 
     def _finished(self, r: _Request) -> bool:
@@ -274,8 +274,13 @@ class RefillDecoder:
     # ------------------------------------------------------------------ the cache
     @staticmethod
     def _layers(cache) -> list:
-        from transformers.cache_utils import DynamicLayer
-
+        try:
+            from transformers.cache_utils import DynamicLayer
+        except ImportError as err:  # transformers before per-layer caches
+            raise NotImplementedError(
+                "rollout.schedule=episode on the transformers engine needs transformers with per-layer KV caches "
+                "(cache_utils.DynamicLayer, 4.56 or newer); use rollout.schedule=lockstep"
+            ) from err
         layers = list(cache.layers)
         for layer in layers:
             if type(layer) is not DynamicLayer:

@@ -186,3 +186,25 @@ def test_begun_steps_lose_only_what_failed(seed):
             assert pool.restarts == 1 and trace[1][2][3] is True
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_dead_between_steps_loses_its_slots_at_their_steps():
+    """A worker that died while idle (an OOM kill between steps): a begun step on it comes back as
+    an error for that slot alone; its other slots say they are lost when they step; the other
+    worker's slots play on."""
+    pool = EnvPool(FAULTY, {"length": 3}, n_workers=2, step_timeout=1.0, worker_grace=1.0)
+    try:
+        pool.reset([1, 21, 31, 41])  # slots 0 and 2 live in worker 0
+        pool._workers[0].proc.kill()
+        pool._workers[0].proc.join()
+        pool.step_begin({0: "go", 1: "go"})
+        out = {}
+        while pool.steps_pending:
+            out.update(pool.step_ready(timeout=5.0))
+        assert sorted(out) == [0, 1] and out[0][1] is True and out[1] == (out[1][0], False)
+        assert pool.restarts == 1 and pool.errors == 1
+        later = pool.step({2: "go", 3: "go"})
+        assert later[2][1] is True and later[3][1] is False
+    finally:
+        pool.close()
