@@ -79,8 +79,8 @@ class StreamingEngine(RolloutEngine, Protocol):
         ...
 
     def poll(self) -> list[tuple[Any, Generation]]:
-        """Advance the engine by one step (admit waiting requests, decode one token of each running
-        one) and return the requests that finished in it, as ``(key, generation)``."""
+        """Advance the engine by one step (one token of each running request, waiting ones admitted
+        where rows are free) and return the requests that finished in it, as ``(key, generation)``."""
         ...
 
     @property

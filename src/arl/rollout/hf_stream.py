@@ -4,11 +4,14 @@
 half (``rollout.schedule: episode``). It keeps one batch of running rows over one KV cache and, at
 every :meth:`RefillDecoder.poll`,
 
-1. admits waiting requests into the free rows: their prompts are prefilled together (left-padded,
-   a cache of their own), their first token sampled, and their cache joined to the running one;
-2. decodes one token of every running row (one forward of shape ``(B, 1)``);
-3. returns the rows that finished (a stop token, a stop string, ``max_new_tokens``) and drops
-   them from the batch and the cache.
+1. decodes one token of every running row (one forward of shape ``(B, 1)``) and drops the rows
+   that finished (a stop token, a stop string, ``max_new_tokens``) from the batch and the cache;
+2. admits waiting requests into the rows that were free when the poll began: their prompts are
+   prefilled together (left-padded, a cache of their own), their first token sampled, and their
+   cache joined to the running one;
+3. returns the requests that finished in either.
+
+A poll gives one token to each of at most ``max_batch_size`` rows, as a step of vLLM's engine does.
 
 The cache layout is the one ``generate`` uses with left padding: ``keys``/``values`` of shape
 ``(B, H_kv, W, D)`` per layer, an attention mask ``(B, W)`` that is 0 on the padding, and explicit
@@ -139,12 +142,12 @@ class RefillDecoder:
         was_training = self.model.training
         self.model.eval()
         try:
-            free = self.max_batch_size - len(self.rows)
+            free = self.max_batch_size - len(self.rows)  # rows freed by this poll's decode serve the next one
+            if self.rows:
+                done += self._decode()
             if free > 0 and self.waiting:
                 admitted = [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
                 done += self._prefill(admitted)
-            if self.rows:
-                done += self._decode()
         finally:
             self.model.train(was_training)
         return done
