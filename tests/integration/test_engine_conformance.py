@@ -65,7 +65,7 @@ def vllm_engine(tiny):
     cfg = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "rollout" / "vllm.yaml"), resolve=True)
     # the config as it is: on a CPU its open settings become fp32 (the trainer's), eager, and a KV
     # cache sized from max_batch_size x max_model_len (llm_kwargs)
-    cfg["vllm"].update(max_model_len=512)
+    cfg["vllm"].update(max_model_len=1024)  # the agent-loop cases play ALFWorld and WebShop prompts of 500-600 tokens
     engine = VLLMEngine.from_config(cfg, model, tok)
     yield engine
     engine.close()

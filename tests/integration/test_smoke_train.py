@@ -71,15 +71,18 @@ def test_eval_cli_on_the_run(smoke_run):
     assert isinstance(turn["response"], str) and turn["observation"]  # what the agent saw, as text
 
 
-def test_trajectory_mode_with_env_workers_trains(tmp_path):
-    """One RL iteration with one sample per episode and environments in two worker processes."""
+@pytest.mark.parametrize("schedule", ["lockstep", "episode"])
+def test_trajectory_mode_with_env_workers_trains(tmp_path, schedule):
+    """One RL iteration with one sample per episode and environments in two worker processes, in
+    both rollout schedules (per episode: env steps begun in the workers beside the decoding)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from arl.run.pipeline import train
 
     cfg = compose(
         ["debug=smoke", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
-         "rollout.max_new_tokens=12", "algo.filter.name=none", "rollout.sample_mode=trajectory", "rollout.n_workers=2"],
+         "rollout.max_new_tokens=12", "algo.filter.name=none", "rollout.sample_mode=trajectory", "rollout.n_workers=2",
+         f"rollout.schedule={schedule}"],
         output_dir=str(tmp_path),
     )
     train(cfg)

@@ -30,6 +30,8 @@ LANES = {  # name -> overrides
     # model: is/rollout_max_abs_diff 0.98 and 0.74.
     "ddp_lora": ["trainer=ddp", "model.lora.enabled=true"],
     "fsdp2_cpu_lora": ["trainer=fsdp2_cpu", "model.lora.enabled=true"],
+    # each episode on its own over vLLM's continuous batching (rollout.schedule=episode), two ranks
+    "ddp_episode": ["trainer=ddp", "rollout.schedule=episode"],
 }
 
 
@@ -54,6 +56,17 @@ def test_two_ranks_roll_out_and_update_as_one_process(runs, trainer):
     for tag in ("actor/pg_loss", "actor/grad_norm"):
         a, b = one[tag][0][1], two[tag][0][1]  # the first update
         print(f"{trainer} {tag}: one process {a:.8g}, two ranks {b:.8g}")
+        assert abs(a - b) <= 1e-4 * max(abs(a), 1e-8), tag
+
+
+def test_two_ranks_per_episode_roll_out_what_one_process_does_in_lockstep(runs):
+    """The per-episode schedule changes when requests run, not what they sample: two DDP ranks
+    rolling out each episode on its own give the one lockstep process's episodes and update."""
+    one, two = runs["cpu"], runs["ddp_episode"]
+    for tag in ("rollout/episodes", "rollout/response_len_mean", "rollout/return_mean", "train/samples"):
+        assert two[tag] == one[tag], tag
+    for tag in ("actor/pg_loss", "actor/grad_norm"):
+        a, b = one[tag][0][1], two[tag][0][1]
         assert abs(a - b) <= 1e-4 * max(abs(a), 1e-8), tag
 
 
