@@ -36,7 +36,16 @@ def main(cfg: DictConfig) -> float:
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.run.evaluation import evaluate_from_config
 
+    from arl.run.resume import checked_checkpoint
+    from arl.utils.config import ConfigError
+
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
+    if ckpt.is_file() or (ckpt.is_dir() and not (ckpt / "config.json").exists()):  # a checkpoint, not an HF folder
+        try:  # a truncated or foreign file is refused at once, naming a readable checkpoint beside it
+            checked_checkpoint(ckpt, cfg.ckpt_path)
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            sys.exit(2)
     if ckpt.is_dir() and (ckpt / "meta.pt").exists():  # a sharded (distributed) Lightning checkpoint
         cfg.ckpt_path = str(consolidate(ckpt))
     return evaluate_from_config(cfg)["val/success_rate"]

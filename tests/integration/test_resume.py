@@ -188,3 +188,26 @@ def test_a_finished_run_trained_on_drops_its_old_record(tmp_path, tiny_path):
         train(compose([*OVERRIDES, "rl.iterations=2", "rl.val_every=2"], output_dir=str(out)), callbacks=[Look()])
     assert seen == [False]
     assert json.loads(record.read_text())["iterations_done"] == 2 and not (out / "rl_results.json.tmp").exists()
+
+
+def test_a_truncated_checkpoint_is_refused_by_both_clis_in_seconds(tmp_path):
+    """``src/train.py ckpt_path=<cut short>`` (dry run: nothing heavy is imported) and
+    ``src/eval.py ckpt_path=<cut short>`` stop with exit 2, the file named and the run's newest
+    readable checkpoint offered, instead of torch's mmap error."""
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    good, bad = folder / "best-iter1.ckpt", folder / "last.ckpt"
+    torch.save({"arl": {"iteration": 1}, "state_dict": {}}, good)
+    torch.save({"arl": {"iteration": 2}, "state_dict": {"w": torch.zeros(256)}}, bad)
+    bad.write_bytes(bad.read_bytes()[:300])
+    for script, extra in (("train.py", ["dry_run=true", "debug=smoke"]), ("eval.py", [])):
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(root / "src" / script), f"ckpt_path={bad}", *extra],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert proc.returncode == 2, (script, proc.stderr[-2000:])
+        assert f"{bad} is not a checkpoint" in proc.stderr and f"pass ckpt_path={good}" in proc.stderr, script
+        assert "mmap" not in proc.stderr
+        print(f"{script}: refused in {time.perf_counter() - t0:.1f} s")

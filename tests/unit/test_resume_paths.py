@@ -10,6 +10,12 @@ import pytest
 from arl.utils.config import ConfigError
 
 
+def _save(path, iteration: int) -> None:
+    import torch
+
+    torch.save({"arl": {"iteration": iteration}, "state_dict": {"w": torch.zeros(64)}}, path)
+
+
 def test_ckpt_path_last_finds_the_newest_run(tmp_path):
     from arl.run.resume import find_last_checkpoint, resolve_ckpt_path
 
@@ -19,7 +25,7 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
     for name in ("2026-01-01_00-00-00", "2026-01-02_00-00-00"):
         ck = tmp_path / "job" / "runs" / name / "checkpoints" / "last.ckpt"
         ck.parent.mkdir(parents=True)
-        ck.write_bytes(b"x")
+        _save(ck, 1)
         paths.append(ck)
     now = time.time()
     os.utime(paths[0], (now, now))
@@ -38,7 +44,7 @@ def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp
     assert resolve_ckpt_path(c) is None  # nothing yet: start fresh (no error, unlike `last`)
     ck = tmp_path / "job" / "checkpoints" / "last.ckpt"
     ck.parent.mkdir(parents=True)
-    ck.write_bytes(b"x")
+    _save(ck, 1)
     assert resolve_ckpt_path(c) == ck
 
 
@@ -73,3 +79,43 @@ def test_a_finished_run_returns_its_record_with_or_without_its_checkpoint(tmp_pa
     assert finished_results({**c, "rl": {"iterations": 40}}) is None  # ... unless it is to go on from it
     torch.save({"arl": {"iteration": 34}}, ck)  # a checkpoint past the record (the run trained on): resume
     assert finished_results(c) is None
+
+
+def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_newest_readable_one(tmp_path):
+    """A truncated checkpoint, another kind of file, a zip that is not torch's, a folder without
+    meta.pt: refused at once, the file named, and the run's newest readable checkpoint offered
+    (torch's 'mmap can only be used with files saved with ...' never reaches the user)."""
+    from arl.run.resume import checkpoint_iteration, checkpoint_problem, resolve_ckpt_path
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    best, last = folder / "best-iter2.ckpt", folder / "last.ckpt"
+    _save(best, 2)
+    _save(last, 4)
+    assert checkpoint_problem(last) is None and checkpoint_iteration(last) == 4
+    now = time.time()
+    os.utime(best, (now - 50, now - 50))
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])  # a copy cut short
+    c = {"ckpt_path": str(last), "paths": {"output_dir": str(tmp_path / "run"), "log_dir": str(tmp_path)}, "task_name": "t"}
+    with pytest.raises(ConfigError, match=f"ckpt_path={last}: {last} is not a checkpoint .*truncated.*"
+                                          f"newest readable checkpoint of this run is {best}: pass ckpt_path={best}"):
+        resolve_ckpt_path(c)
+    with pytest.raises(ConfigError, match="newest readable checkpoint of this run is .*best-iter2.ckpt"):
+        resolve_ckpt_path({**c, "ckpt_path": "resume"})  # the run folder's own last.ckpt is the broken one
+    notes = folder / "notes.ckpt"
+    notes.write_text("not a checkpoint at all")
+    assert "not a checkpoint" in checkpoint_problem(notes)
+    import zipfile
+
+    with zipfile.ZipFile(folder / "other.ckpt", "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    assert "not a torch.save checkpoint" in checkpoint_problem(folder / "other.ckpt")
+    sharded = folder / "sharded.ckpt"
+    sharded.mkdir()
+    assert "without meta.pt" in checkpoint_problem(sharded)
+    _save(sharded / "meta.pt", 3)
+    assert checkpoint_problem(sharded) is None
+    best.unlink()  # now the newest readable one is the sharded folder
+    with pytest.raises(ConfigError, match="newest readable checkpoint of this run is .*sharded.ckpt"):
+        resolve_ckpt_path(c)

@@ -32,8 +32,67 @@ def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
     return max(found, key=mtime)
 
 
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` is not a checkpoint this project can resume from (None when it can be read).
+
+    A checkpoint file is a ``torch.save`` zip archive (its ``data.pkl`` listed in the archive's
+    directory, which sits at its end, so a truncated file has none); a sharded checkpoint is a
+    folder whose ``meta.pt`` is one. Reads the archive's directory only: seconds at most, whatever
+    the checkpoint's size.
+    """
+    if path.is_dir():
+        meta = path / "meta.pt"
+        if not meta.is_file():
+            return f"{path} is a folder without meta.pt, not a sharded checkpoint"
+        return checkpoint_problem(meta)
+    if not path.is_file():
+        return f"{path} does not exist"
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as err:
+        return f"{path} is not a checkpoint ({err}: a truncated file, or another kind of file)"
+    if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
+        return f"{path} is a zip archive but not a torch.save checkpoint (no data.pkl)"
+    return None
+
+
+def newest_valid_checkpoint(folder: Path, other_than: Path | None = None) -> Path | None:
+    """The newest readable ``*.ckpt`` in ``folder`` (a run's ``checkpoints/``: ``last.ckpt`` and
+    the ``best-iter<k>.ckpt`` of the best validation), leaving out ``other_than``."""
+    if not folder.is_dir():
+        return None
+    found = [p for p in folder.glob("*.ckpt") if other_than is None or p.resolve() != other_than.resolve()]
+
+    def mtime(p: Path) -> float:
+        meta = p / "meta.pt"
+        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
+
+    for candidate in sorted(found, key=mtime, reverse=True):
+        if checkpoint_problem(candidate) is None:
+            return candidate
+    return None
+
+
+def checked_checkpoint(path: Path, value: Any) -> Path:
+    """``path`` when it is a readable checkpoint; else a ConfigError naming it and offering the
+    newest readable checkpoint beside it."""
+    problem = checkpoint_problem(path)
+    if problem is None:
+        return path
+    other = newest_valid_checkpoint(path.parent, other_than=path)
+    offer = (f"the newest readable checkpoint of this run is {other}: pass ckpt_path={other}" if other is not None
+             else f"no other readable checkpoint in {path.parent}")
+    raise ConfigError(f"ckpt_path={value}: {problem}; {offer}")
+
+
 def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
     """``ckpt_path`` as a path; None if unset.
+
+    Every checkpoint it returns has been checked (:func:`checkpoint_problem`): a truncated or foreign
+    file stops the run at once, naming the file and the newest readable checkpoint beside it.
 
     ``last`` finds the newest run of ``task_name``. ``resume`` is this run folder's own
     ``checkpoints/last.ckpt`` when it exists and a fresh start when it does not: what makes a
@@ -44,14 +103,14 @@ def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
     if not value:
         return None
     if str(value) == "last":
-        return find_last_checkpoint(c["paths"]["log_dir"], c["task_name"])
+        return checked_checkpoint(find_last_checkpoint(c["paths"]["log_dir"], c["task_name"]), value)
     if str(value) == "resume":
         own = Path(c["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
-        return own if own.exists() else None
+        return checked_checkpoint(own, value) if own.exists() else None
     path = Path(str(value))
     if not path.exists():
         raise ConfigError(f"ckpt_path={value!r} does not exist")
-    return path
+    return checked_checkpoint(path, value)
 
 
 RESULTS_FILE = "rl_results.json"
@@ -82,7 +141,7 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     results = json.loads(record.read_text())
     done, wanted = int(results.get("iterations_done", -1)), c["rl"]["iterations"]
     last = out / "checkpoints" / "last.ckpt"
-    if last.exists() and (done < wanted or checkpoint_iteration(last) != done):
+    if last.exists() and (done < wanted or checkpoint_iteration(checked_checkpoint(last, "resume")) != done):
         return None  # train on from the checkpoint
     if done < wanted:  # training on would start over from the start policy and overwrite the run
         raise ConfigError(
