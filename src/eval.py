@@ -55,9 +55,13 @@ def consolidate(folder: Path) -> Path:
     """One ``torch.save`` file (``state_dict`` with full tensors) from a sharded checkpoint folder."""
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+    from arl.run.resume import checkpoint_problem
+
     out = folder.with_name(folder.name + ".consolidated")
-    if not out.exists() or out.stat().st_mtime < (folder / "meta.pt").stat().st_mtime:
-        dcp_to_torch_save(folder, out)
+    if not out.exists() or out.stat().st_mtime < (folder / "meta.pt").stat().st_mtime or checkpoint_problem(out):
+        tmp = out.with_name(out.name + ".tmp")  # a kill mid-write must not leave a newer, broken file
+        dcp_to_torch_save(folder, tmp)
+        os.replace(tmp, out)
     return out
 
 

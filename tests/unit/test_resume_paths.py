@@ -119,3 +119,34 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_newest_readable_on
     best.unlink()  # now the newest readable one is the sharded folder
     with pytest.raises(ConfigError, match="newest readable checkpoint of this run is .*sharded.ckpt"):
         resolve_ckpt_path(c)
+
+
+def test_damaged_archives_dangling_links_and_finished_runs(tmp_path, caplog):
+    """Bytes flipped inside the archive's directory are a clear problem, never a traceback; a
+    dangling ``*.ckpt`` link is no candidate; a finished run whose last.ckpt cannot be read is
+    left as it is (its record returned, a warning said)."""
+    import json
+
+    from arl.run.resume import RESULTS_FILE, checkpoint_problem, finished_results, newest_valid_checkpoint
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    good = folder / "best-iter1.ckpt"
+    _save(good, 1)
+    data = bytearray(good.read_bytes())
+    damaged = folder / "damaged.ckpt"
+    for offset in range(1, 200, 7):  # the directory sits at the end: flip bytes there, one place at a time
+        copy = bytearray(data)
+        copy[-offset] ^= 0xFF
+        damaged.write_bytes(bytes(copy))
+        problem = checkpoint_problem(damaged)
+        assert problem is None or "damaged.ckpt" in problem
+    damaged.unlink()
+    (folder / "gone.ckpt").symlink_to(folder / "nowhere.ckpt")
+    assert newest_valid_checkpoint(folder) == good
+    run = tmp_path / "run"
+    (run / RESULTS_FILE).write_text(json.dumps({"iterations_done": 3}))
+    (folder / "last.ckpt").write_bytes(b"cut")
+    c = {"ckpt_path": "resume", "paths": {"output_dir": str(run)}, "rl": {"iterations": 3}}
+    assert finished_results(c) == {"iterations_done": 3}
+    assert "cannot be read" in caplog.text

@@ -52,8 +52,8 @@ def checkpoint_problem(path: Path) -> str | None:
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
-    except (zipfile.BadZipFile, OSError) as err:
-        return f"{path} is not a checkpoint ({err}: a truncated file, or another kind of file)"
+    except Exception as err:  # noqa: BLE001 - a damaged archive raises more than BadZipFile
+        return f"{path} is not a checkpoint ({type(err).__name__}: {err}; a truncated or damaged file, or another kind of file)"
     if not any(n.endswith("/data.pkl") or n == "data.pkl" for n in names):
         return f"{path} is a zip archive but not a torch.save checkpoint (no data.pkl)"
     return None
@@ -64,13 +64,15 @@ def newest_valid_checkpoint(folder: Path, other_than: Path | None = None) -> Pat
     the ``best-iter<k>.ckpt`` of the best validation), leaving out ``other_than``."""
     if not folder.is_dir():
         return None
-    found = [p for p in folder.glob("*.ckpt") if other_than is None or p.resolve() != other_than.resolve()]
-
-    def mtime(p: Path) -> float:
-        meta = p / "meta.pt"
-        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
-
-    for candidate in sorted(found, key=mtime, reverse=True):
+    found = {}
+    for p in folder.glob("*.ckpt"):
+        try:  # a dangling link, or a file removed while the folder is read, is no candidate
+            if other_than is None or p.resolve() != other_than.resolve():
+                meta = p / "meta.pt"
+                found[p] = (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
+        except OSError:
+            continue
+    for candidate in sorted(found, key=found.get, reverse=True):
         if checkpoint_problem(candidate) is None:
             return candidate
     return None
@@ -82,7 +84,7 @@ def checked_checkpoint(path: Path, value: Any) -> Path:
     problem = checkpoint_problem(path)
     if problem is None:
         return path
-    other = newest_valid_checkpoint(path.parent, other_than=path)
+    other = newest_valid_checkpoint(path.resolve().parent, other_than=path)
     offer = (f"the newest readable checkpoint of this run is {other}: pass ckpt_path={other}" if other is not None
              else f"no other readable checkpoint in {path.parent}")
     raise ConfigError(f"ckpt_path={value}: {problem}; {offer}")
@@ -141,6 +143,10 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     results = json.loads(record.read_text())
     done, wanted = int(results.get("iterations_done", -1)), c["rl"]["iterations"]
     last = out / "checkpoints" / "last.ckpt"
+    if last.exists() and done >= wanted and checkpoint_problem(last) is not None:
+        log.warning("ckpt_path=resume: %s finished (%s); its checkpoints/last.ckpt cannot be read (%s)",
+                    out, RESULTS_FILE, checkpoint_problem(last))
+        return results  # finished runs are left as they are
     if last.exists() and (done < wanted or checkpoint_iteration(checked_checkpoint(last, "resume")) != done):
         return None  # train on from the checkpoint
     if done < wanted:  # training on would start over from the start policy and overwrite the run
