@@ -77,19 +77,19 @@ class RolloutStats:
     env_steps: int = 0
     engine_calls: int = 0  # generate calls (lockstep) or engine steps (episode)
     decode_steps: int = 0  # decoding steps the engine ran (lockstep: the longest answer of each batch of a call)
-    row_steps: int = 0  # rows decoded, summed over those steps (the generated tokens)
     env_overlapped: bool = False  # env steps ran in workers beside the decoding: env_seconds is the loop's wait only
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def rows_per_step(self) -> float:
-        """Rows the engine decoded per decoding step, on average: how full its batches were."""
-        return self.row_steps / self.decode_steps if self.decode_steps else 0.0
+        """Rows the engine decoded per decoding step, on average: how full its batches were (each
+        decoded row gives one token a step, so the generated tokens count the rows)."""
+        return self.generated_tokens / self.decode_steps if self.decode_steps else 0.0
 
     def add(self, other: RolloutStats) -> None:
         """Add ``other``'s times and counts to these (several rollout rounds of one iteration)."""
         for name in ("seconds", "generate_seconds", "env_seconds", "generated_tokens", "env_steps",
-                     "engine_calls", "decode_steps", "row_steps"):
+                     "engine_calls", "decode_steps"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.env_overlapped = self.env_overlapped or other.env_overlapped
 
@@ -222,12 +222,12 @@ class AgentLoop:
 
         try:
             launch(active)
-            self._stream_turns(prompts, launch, state, params, teacher, stats, t0)
+            self._stream_turns(prompts, launch, state, teacher, stats, t0)
         finally:
             if self.engine.in_flight:  # an error left requests behind: they must not reach the next rollout
                 self.engine.abort()
 
-    def _stream_turns(self, prompts, launch, state, params, teacher, stats, t0) -> None:
+    def _stream_turns(self, prompts, launch, state, teacher, stats, t0) -> None:
         """Poll the engine until no request is in flight and no env is stepping; every finished
         answer steps its env and launches the episode's next turn.
 
@@ -277,10 +277,8 @@ class AgentLoop:
 
     @staticmethod
     def _count_tokens(parsed_by_slot: dict[int, tuple[Generation, str, ParsedAction]], stats: RolloutStats) -> None:
-        """Add the answers' tokens to ``stats`` (each decoded row gives one token a step)."""
-        tokens = sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
-        stats.generated_tokens += tokens
-        stats.row_steps += tokens
+        """Add the answers' tokens to ``stats``."""
+        stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
 
     def _action(self, parsed: ParsedAction) -> str:
         """What the env is sent for an answer: its action, or the env's no-op when it is invalid."""

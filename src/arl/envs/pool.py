@@ -410,11 +410,7 @@ class EnvPool:
             try:
                 worker.conn.send(("step", share))
             except (OSError, BrokenPipeError):
-                # only the slots with a step under way come back (as errors); the worker's other
-                # slots are lost too and say so at their next step
-                stepping = [slot for slots, _ in queue for slot in slots] + [slot for slot, _ in share]
-                self._lose_worker(worker, share, {}, "worker pipe broken")
-                self._ready.update({slot: self._step_result(slot, None) for slot in stepping})
+                self._lose_begun(worker, "worker pipe broken", share)
                 continue
             queue.append(([slot for slot, _ in share], deadline))
 
@@ -445,10 +441,11 @@ class EnvPool:
         ready, self._ready = self._ready, {}
         return ready
 
-    def _lose_begun(self, worker: _Worker, why: str) -> None:
-        """Restart ``worker``; the slots of its begun steps come back as errors."""
-        begun = [slot for slots, _ in self._begun.get(worker.index, []) for slot in slots]
-        self._lose_worker(worker, [], {}, why)
+    def _lose_begun(self, worker: _Worker, why: str, share: Sequence[tuple[int, str]] = ()) -> None:
+        """Restart ``worker``; the slots of its begun steps (and of ``share``, a step it could not be
+        sent) come back as errors; its other slots are lost too and say so at their next step."""
+        begun = [slot for slots, _ in self._begun.get(worker.index, []) for slot in slots] + [s for s, _ in share]
+        self._lose_worker(worker, list(share), {}, why)
         self._ready.update({slot: self._step_result(slot, None) for slot in begun})
 
     def _drain_begun(self) -> None:

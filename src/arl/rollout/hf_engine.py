@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from arl.rollout.engine import Generation, SamplingParams
-from arl.rollout.hf_stream import RefillDecoder
+from arl.rollout.hf_stream import RefillDecoder, split_stops
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device | None:
@@ -112,11 +112,7 @@ class HFEngine:
 
     def _stop_token_ids(self, stop: Sequence[str]) -> tuple[list[int], list[str]]:
         """Stop strings that are one token become EOS ids; the rest stay strings."""
-        single, multi = [], []
-        for s in stop:
-            ids = self.tokenizer(s, add_special_tokens=False)["input_ids"]
-            (single.append(ids[0]) if len(ids) == 1 else multi.append(s))
-        return single, multi
+        return split_stops(self.tokenizer, stop)
 
     @torch.no_grad()
     def generate(

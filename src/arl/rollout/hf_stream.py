@@ -76,6 +76,16 @@ def filtered_probs(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tens
     return logits.softmax(dim=-1)
 
 
+def split_stops(tokenizer, stop: Sequence[str]) -> tuple[list[int], list[str]]:
+    """(ids of the stop strings that are one token, the other stop strings): the first end a row
+    like EOS, the others are looked for in the decoded text."""
+    single, multi = [], []
+    for s in stop:
+        ids = tokenizer(s, add_special_tokens=False)["input_ids"]
+        (single.append(ids[0]) if len(ids) == 1 else multi.append(s))
+    return single, multi
+
+
 def cache_argument() -> str:
     """The name under which the installed transformers' models take a KV cache: ``cache`` from
     transformers 5.2x on, ``past_key_values`` before (kept as a deprecated alias for a while)."""
@@ -118,8 +128,6 @@ class RefillDecoder:
         self.cache = None  # DynamicCache of the running rows
         self.mask: torch.Tensor | None = None  # (B, W) 1 on each row's tokens in the cache
         self.pending: list[int] = []  # per row: the sampled token not yet in the cache
-        self.steps = 0  # decoding forwards so far
-        self.row_steps = 0  # rows decoded, summed over those forwards
         self._cache_arg = cache_argument()
         self._stops: dict[tuple[str, ...], tuple[frozenset[int], tuple[str, ...]]] = {}
 
@@ -203,8 +211,6 @@ class RefillDecoder:
             input_ids=torch.tensor(self.pending, dtype=torch.long, device=device).view(batch, 1),
             attention_mask=self.mask, position_ids=positions, use_cache=True, **{self._cache_arg: self.cache},
         )
-        self.steps += 1
-        self.row_steps += batch
         for r in self.rows:
             r.next_position += 1
         self.pending = self._sample(out.logits[:, -1, :], self.rows)
@@ -267,11 +273,8 @@ class RefillDecoder:
         """Stop strings that are one token become stop ids (with EOS); the rest stay strings."""
         key = tuple(stop)
         if key not in self._stops:
-            single, multi = set(self.eos_ids), []
-            for s in stop:
-                ids = self.tokenizer(s, add_special_tokens=False)["input_ids"]
-                (single.add(ids[0]) if len(ids) == 1 else multi.append(s))
-            self._stops[key] = (frozenset(single), tuple(multi))
+            single, multi = split_stops(self.tokenizer, stop)
+            self._stops[key] = (frozenset(self.eos_ids + single), tuple(multi))
         return self._stops[key]
 
     # ------------------------------------------------------------------ the cache

@@ -24,12 +24,13 @@ def find_last_checkpoint(log_dir: str | Path, task_name: str) -> Path:
             f"ckpt_path=last: no checkpoint of task {task_name!r} found ({root}/*/checkpoints/last.ckpt); "
             "pass ckpt_path=<file> or check task_name and paths.log_dir"
         )
+    return max(found, key=_checkpoint_mtime)
 
-    def mtime(p: Path) -> float:
-        meta = p / "meta.pt"
-        return (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
 
-    return max(found, key=mtime)
+def _checkpoint_mtime(path: Path) -> float:
+    """When a checkpoint was written: its file's time, or its sharded folder's ``meta.pt``'s."""
+    meta = path / "meta.pt"
+    return (meta if path.is_dir() and meta.exists() else path).stat().st_mtime
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -68,8 +69,7 @@ def newest_valid_checkpoint(folder: Path, other_than: Path | None = None) -> Pat
     for p in folder.glob("*.ckpt"):
         try:  # a dangling link, or a file removed while the folder is read, is no candidate
             if other_than is None or p.resolve() != other_than.resolve():
-                meta = p / "meta.pt"
-                found[p] = (meta if p.is_dir() and meta.exists() else p).stat().st_mtime
+                found[p] = _checkpoint_mtime(p)
         except OSError:
             continue
     for candidate in sorted(found, key=found.get, reverse=True):
@@ -143,9 +143,10 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     results = json.loads(record.read_text())
     done, wanted = int(results.get("iterations_done", -1)), c["rl"]["iterations"]
     last = out / "checkpoints" / "last.ckpt"
-    if last.exists() and done >= wanted and checkpoint_problem(last) is not None:
+    problem = checkpoint_problem(last) if last.exists() and done >= wanted else None
+    if problem is not None:
         log.warning("ckpt_path=resume: %s finished (%s); its checkpoints/last.ckpt cannot be read (%s)",
-                    out, RESULTS_FILE, checkpoint_problem(last))
+                    out, RESULTS_FILE, problem)
         return results  # finished runs are left as they are
     if last.exists() and (done < wanted or checkpoint_iteration(checked_checkpoint(last, "resume")) != done):
         return None  # train on from the checkpoint

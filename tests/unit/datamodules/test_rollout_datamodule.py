@@ -85,7 +85,7 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
     dm = SimpleNamespace(agent_loop=loop)
     rank0 = [ep(True, [1, 1], (3,)), ep(False, [0, 1, 0, 0])]
     rank1 = [ep(True, [1], (7,)), SimpleNamespace(env_error=True, turns=[], task_type="t")]
-    stats = RolloutStats(generate_seconds=2.0, env_seconds=1.0, generated_tokens=10, env_steps=5, decode_steps=4, row_steps=10)
+    stats = RolloutStats(generate_seconds=2.0, env_seconds=1.0, generated_tokens=10, env_steps=5, decode_steps=4)
     per_rank = [RolloutDataModule._train_metrics(dm, eps, 1, 0, False, 1, stats) for eps in (rank0, rank1)]
     out = combine(per_rank)
     everything = episode_metrics(rank0 + rank1, "rollout/")
