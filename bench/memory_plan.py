@@ -25,7 +25,7 @@ How the memory is measured, like with like:
   iteration has AdamW's state from the first), and ``peak - b0`` against the whole trainer part
   (``MemoryPlan.trainer_bytes``: what the update phase holds without engine and CUDA context).
 
-``--logits`` measures instead what ``LOGIT_COPIES`` in ``arl.utils.memory_plan`` rests on: the
+``--logits`` measures instead what ``LOGIT_COPIES`` in ``arl.plan.memory`` rests on: the
 counted peak of ``arl.modules.forward.chunked_scores`` (log-probs + entropy) and its backward over
 4096 positions, in fp32 (C, V) blocks of one chunk, chunked (C = 512) and as one chunk, for fp32
 and bf16 heads.
@@ -147,7 +147,7 @@ def build_update(model: str, tokens: int, row: int, checkpointing: bool, iters: 
     from arl.models.loading import check_tokenizer, load_policy
     from arl.modules.rl_module import AgenticRLModule
     from arl.plan import resolve_architecture
-    from arl.utils.memory_plan import Setup, make_plan
+    from arl.plan.memory import Setup, make_plan
 
     folder = model_folder(model)
     tok = AutoTokenizer.from_pretrained(folder)

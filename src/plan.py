@@ -6,7 +6,7 @@ without building a model or an engine:
 
 1. this process's placement (:func:`arl.utils.placement.resolve_placement`: launcher, rank,
    local rank, world size, device) and the run's processes;
-2. the per-device memory plan (:mod:`arl.plan`, the arithmetic in :mod:`arl.utils.memory_plan`):
+2. the per-device memory plan (:mod:`arl.plan`, the arithmetic in :mod:`arl.plan.memory`):
    one row per part with where its number comes from, the peak of the update and generation
    phases against ``plan.gpu_memory_gb``, and, when it does not fit, the config keys to change
    ordered by how much each saves;

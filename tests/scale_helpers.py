@@ -293,6 +293,7 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
+    import copy
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", required=True)
@@ -314,7 +315,11 @@ def main(argv: list[str] | None = None) -> None:
     episodes = torch.load(args.episodes, weights_only=False)
     results = {}
     for split in args.splits:  # several Trainers in the same launched processes
-        results[split] = run_update(cfg, episodes, strategy=args.strategy, devices=args.devices, split=split)
+        # "<split>-unbalanced": the same split with rl.balance_tokens off (each rank computes its own rows)
+        split_cfg = copy.deepcopy(cfg)
+        OmegaConf.update(split_cfg, "rl.balance_tokens", not split.endswith("-unbalanced"))
+        results[split] = run_update(split_cfg, episodes, strategy=args.strategy, devices=args.devices,
+                                    split=split.removesuffix("-unbalanced"))
     if results[args.splits[0]]["global_rank"] == 0:
         torch.save(results, args.out)
 

@@ -97,15 +97,17 @@ def test_micro_batch_split_gives_the_same_step(single_results):
 @pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp2", marks=pytest.mark.slow)])
 def test_two_processes_match_one_on_the_union(strategy, episodes, single_results, tmp_path):
     """2 gloo processes against one process with all the groups: each rank with half of the
-    groups (``even``), and one rank with all of them while the other has none (``last``: it pads
-    every forward/backward with zero-loss passes)."""
+    groups (``even``), and one rank with all of them while the other has none (``last``): with
+    ``rl.balance_tokens`` (the default) each step's rows are dealt out to both ranks by tokens, and
+    without it (``last-unbalanced``) the empty rank pads every forward/backward with zero-loss
+    passes. Every split gives the one-process step."""
     eps_file, out = tmp_path / "episodes.pt", tmp_path / "result.pt"
     torch.save(episodes, eps_file)
     budget = single_results[1]["budget"]  # several micro-batches per rank, too
     env = sh.subprocess_env()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "scale_helpers.py"), "--episodes", str(eps_file), "--out", str(out),
-         "--strategy", strategy, "--devices", "2", "--splits", "even", "last",
+         "--strategy", strategy, "--devices", "2", "--splits", "even", "last", "last-unbalanced",
          "--overrides", f"rl.micro_token_budget={budget}"],
         capture_output=True, text=True, timeout=600, env=env, cwd=str(tmp_path),
     )
@@ -120,6 +122,13 @@ def test_two_processes_match_one_on_the_union(strategy, episodes, single_results
             assert abs(single["metrics"][key] - result["metrics"][key]) < TOL, (split, key, single["metrics"][key], result["metrics"][key])
         # the norm of ~1M fp32 gradients, summed in another order (per shard under FSDP2): relative
         assert result["metrics"]["actor/grad_norm"] == pytest.approx(single["metrics"]["actor/grad_norm"], rel=1e-5)
+    results = torch.load(out, weights_only=False)
+    dealt, unbalanced = results["last"]["metrics"], results["last-unbalanced"]["metrics"]
+    # one rank held every row: twice the mean; dealt out by tokens, the heavier rank holds far less
+    assert dealt["perf/rank_tokens_max_over_mean_unbalanced"] == pytest.approx(2.0)
+    assert dealt["perf/rank_tokens_max_over_mean"] < 1.25
+    assert results["even"]["metrics"]["perf/rank_tokens_max_over_mean"] <= results["even"]["metrics"]["perf/rank_tokens_max_over_mean_unbalanced"]
+    assert "perf/rank_tokens_max_over_mean" not in unbalanced
 
 
 def test_non_finite_loss_is_skipped_and_counted(episodes, caplog):

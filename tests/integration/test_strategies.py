@@ -104,17 +104,26 @@ BC_OVERRIDES = [
 ]
 
 
+BC_LANES = {  # name -> overrides
+    "cpu": ["trainer=cpu"], "ddp": ["trainer=ddp"], "fsdp2_cpu": ["trainer=fsdp2_cpu"],
+    # one row per forward/backward pass: several passes per step, and under DDP ranks with fewer
+    # rows pad with zero-loss passes
+    "cpu_micro": ["trainer=cpu", "bc.micro_token_budget=64"], "ddp_micro": ["trainer=ddp", "bc.micro_token_budget=64"],
+}
+
+
 @pytest.fixture(scope="module")
 def bc_lanes(tmp_path_factory, tiny_path):
-    return {trainer: sh.train_run([f"trainer={trainer}", *BC_OVERRIDES], tmp_path_factory.mktemp(f"bc-{trainer}"), task="bc")[0]
-            for trainer in ("cpu", "ddp", "fsdp2_cpu")}
+    return {lane: sh.train_run([*overrides, *BC_OVERRIDES], tmp_path_factory.mktemp(f"bc-{lane}"), task="bc")[0]
+            for lane, overrides in BC_LANES.items()}
 
 
-@pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
+@pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu", "cpu_micro", "ddp_micro"])
 def test_behaviour_cloning_sharded_over_two_ranks_is_the_one_process_run(bc_lanes, trainer):
     """Each rank takes its share of every global batch (batch size 5: shares of 2 and 3, and a short
     last batch) and the loss divides by the global batch's response tokens: the two ranks take the
-    steps one process takes, loss for loss and weight for weight."""
+    steps one process takes, loss for loss and weight for weight; so do steps cut into one-row
+    micro-batches (``bc.micro_token_budget``), on one process and on two."""
     from safetensors.torch import load_file
 
     one, two = sh.tb_scalars(bc_lanes["cpu"] / "tensorboard" / "bc"), sh.tb_scalars(bc_lanes[trainer] / "tensorboard" / "bc")

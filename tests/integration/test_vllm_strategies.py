@@ -118,10 +118,17 @@ def _bc_run_ok(procs, run_dir):
     return outs
 
 
-def test_untrained_validation_under_torchrun_builds_vllm_inside_the_group(tmp_path, tiny_path):
+@pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
+def test_untrained_validation_under_torchrun_builds_vllm_inside_the_group(tmp_path, tiny_path, trainer):
     """bc.val_untrained needs the engine before any Trainer: the placement starts the process group
     from torchrun's variables, vLLM joins it, Lightning keeps it. (It crashed with "Mesh should not
-    be bigger than default world size 1" when vLLM made a one-rank group of its own.)"""
+    be bigger than default world size 1" when vLLM made a one-rank group of its own.)
+
+    Under FSDP2 rank 0 alone loads the weights (``trainer.sharding.load: auto``): rank 1's engine
+    gets them by broadcast before the untrained validation, the BC policy is gathered onto rank 0
+    and broadcast again into the engines and the RL shards, and the export is rank 0's gather;
+    the engine's log-probs matching the trainer's (``_bc_run_ok``) shows every rank sampled with
+    the trained weights."""
     import subprocess
     import sys
     from pathlib import Path
@@ -130,11 +137,13 @@ def test_untrained_validation_under_torchrun_builds_vllm_inside_the_group(tmp_pa
     torchrun = Path(sys.executable).with_name("torchrun")
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(sh.ROOT / "src" / "train.py"), *BC_OVERRIDES,
-         f"hydra.run.dir={run_dir}"],
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", str(sh.ROOT / "src" / "train.py"),
+         *[o if o != "trainer=ddp" else f"trainer={trainer}" for o in BC_OVERRIDES], f"hydra.run.dir={run_dir}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sh.subprocess_env(),
     )
-    _bc_run_ok([proc], run_dir)
+    ((out, _),) = _bc_run_ok([proc], run_dir)
+    assert ("rank 0 loads it" in out) == (trainer == "fsdp2_cpu")
+    assert (run_dir / "policy_hf" / "model.safetensors").is_file() and (run_dir / "bc_policy_hf" / "model.safetensors").is_file()
 
 
 def test_untrained_validation_under_an_emulated_srun(tmp_path, tiny_path):

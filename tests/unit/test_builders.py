@@ -121,3 +121,25 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
         build_strategy({**c, "sharding": {"layer_cls": ["LlamaDecoderLayer"]}}, model)
     mp = build_strategy({**container(compose(["trainer=fsdp2_cpu"]).trainer)})
     assert isinstance(mp, ModelParallelStrategy) and mp._data_parallel_size == 2 and mp._tensor_parallel_size == 1
+
+
+def test_rank0_loading_is_chosen_where_it_holds_and_refused_elsewhere():
+    """trainer.sharding.load: auto picks rank 0 under FSDP2 on several processes with vLLM; an
+    explicit rank0 where the transformers engine needs a copy on every rank, or on one process,
+    stops the run at start-up naming the key."""
+    from arl.utils.fsdp import loads_on_rank0
+    from arl.utils.config import container
+
+    fsdp2_vllm = ["trainer=fsdp2_cpu", "rollout=vllm"]
+    assert loads_on_rank0(container(compose(fsdp2_vllm)))
+    assert not loads_on_rank0(container(compose([*fsdp2_vllm, "trainer.sharding.load=every_rank"])))
+    assert not loads_on_rank0(container(compose(["trainer=fsdp2_cpu"])))  # the transformers engine
+    assert not loads_on_rank0(container(compose([*fsdp2_vllm, "trainer.devices=1"])))
+    assert not loads_on_rank0(container(compose(["trainer=ddp", "rollout=vllm"])))
+    validate_config(compose([*fsdp2_vllm, "trainer.sharding.load=rank0"]))
+    for overrides in (["trainer=fsdp2_cpu", "trainer.sharding.load=rank0"],
+                      [*fsdp2_vllm, "trainer.devices=1", "trainer.sharding.load=rank0"]):
+        with pytest.raises(ConfigError, match="trainer.sharding.load=rank0 needs FSDP2"):
+            validate_config(compose(overrides))
+    with pytest.raises(ConfigError, match="trainer.sharding.load='node'"):
+        validate_config(compose([*fsdp2_vllm, "trainer.sharding.load=node"]))

@@ -95,6 +95,7 @@ def load_policy(
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
     lora: LoraSettings | None = None,
+    weights: bool = True,
 ):
     """Load (model, tokenizer) from an HF folder or hub id (optionally a GGUF file in it).
 
@@ -107,6 +108,10 @@ def load_policy(
         attn_implementation: ``eager`` | ``sdpa`` | ``flash_attention_2`` | None (transformers' default).
         trust_remote_code: allow model code shipped with a hub repo.
         lora: the ``model.lora`` section; adapters are added when ``enabled`` is true.
+        weights: false builds the model from its config on the meta device (no storage, nothing
+            read but the config and generation config): a rank whose weights come from rank 0
+            once the model is sharded (``trainer.sharding.load: rank0``,
+            :func:`arl.utils.fsdp.fully_shard_model`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,7 +125,10 @@ def load_policy(
     model_kwargs = dict(kwargs)
     if attn_implementation:
         model_kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype], **model_kwargs)
+    if weights:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=DTYPES[dtype], **model_kwargs)
+    else:
+        model = _meta_model(path, DTYPES[dtype], model_kwargs)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if gradient_checkpointing:
@@ -132,11 +140,28 @@ def load_policy(
     return model, tokenizer
 
 
+def _meta_model(path: str | Path, dtype, model_kwargs: dict[str, Any]):
+    """The model of ``path``'s config on the meta device, with its generation config."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    config = AutoConfig.from_pretrained(str(path), **{k: v for k, v in model_kwargs.items() if k != "attn_implementation"})
+    extra = {k: v for k, v in model_kwargs.items() if k in ("attn_implementation", "trust_remote_code")}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, **extra)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(str(path), **{k: v for k, v in model_kwargs.items() if k == "gguf_file"})
+    except OSError:  # no generation_config.json: the one from_config derived
+        pass
+    return model
+
+
 def load_from_config(model: ModelSettings | Mapping[str, Any],
-                     corpus_texts: Callable[[list[str], int], list[str]] | None = None):
+                     corpus_texts: Callable[[list[str], int], list[str]] | None = None, weights: bool = True):
     """(model, tokenizer, source path) for a ``model`` config (a mapping is read through
     :func:`arl.models.config.model_settings`); ``init_from`` overrides the source.
-    ``corpus_texts``: see :func:`resolve_model_path` (``arl.run.builders.load_model`` passes it)."""
+    ``corpus_texts``: see :func:`resolve_model_path` (``arl.run.builders.load_model`` passes it).
+    ``weights``: see :func:`load_policy`."""
     m = model_settings(model)
     if m.init_from:
         path, gguf = m.init_from, None
@@ -150,6 +175,7 @@ def load_from_config(model: ModelSettings | Mapping[str, Any],
         attn_implementation=m.attn_implementation,
         trust_remote_code=m.trust_remote_code,
         lora=m.lora,
+        weights=weights,
     )
     return policy, tokenizer, path
 

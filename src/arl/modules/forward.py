@@ -9,7 +9,7 @@ forward pre-hook on the head takes the final hidden states of the scored positio
 projects them ``chunk_tokens`` rows at a time: each chunk's (n, V) logits live only while that
 chunk is scored, and under autograd each chunk is a non-reentrant checkpoint whose backward
 recomputes its logits. The peak is therefore a few copies of one (chunk_tokens, V) block instead
-of six fp32 copies of (N, V) (``arl.utils.memory_plan.logits_bytes``). The head is called as the
+of six fp32 copies of (N, V) (``arl.plan.memory.logits_bytes``). The head is called as the
 model calls it (a LoRA head, a tied embedding, autocast and FSDP2's gathered root parameters all
 apply), inside the model's own forward. The head itself then projects an empty input, and a
 forward hook makes the scores its output, so they leave the model as its ``logits``: wrappers that

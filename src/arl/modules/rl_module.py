@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from contextlib import nullcontext
 from collections.abc import Mapping
 from typing import Any, Callable
 
@@ -26,13 +25,16 @@ from arl.algos.schema import AlgoConfig, algo_config
 from arl.datamodules.batches import (
     RolloutBatch,
     ValidationBatch,
+    index_batch,
     micro_batches,
     sum_tokens_per_turn,
     turn_values_to_tokens,
     with_protocol_names,
 )
 from arl.models.lora import is_peft_model, reference_context
+from arl.modules.balance import imbalance, rebalance
 from arl.modules.forward import CHUNK_TOKENS, forward_log_probs
+from arl.modules.passes import backward_sync, padding_logits, uniform_count
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 from arl.utils.metrics import SAME, SUM, Metrics, combine
@@ -69,6 +71,9 @@ class AgenticRLModule(LightningModule):
             FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
         logit_chunk_tokens: scored positions projected onto the vocabulary at once
             (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`).
+        balance_tokens: deal each global mini-batch's rows out to the data-parallel ranks by
+            their token counts before its step (``rl.balance_tokens``; :mod:`arl.modules.balance`);
+            the step's gradient is the same either way.
     """
 
     def __init__(
@@ -88,6 +93,7 @@ class AgenticRLModule(LightningModule):
         reuse_rollout_log_probs: bool = False,
         sharding: dict[str, Any] | None = None,
         logit_chunk_tokens: int = CHUNK_TOKENS,
+        balance_tokens: bool = True,
     ):
         super().__init__()
         self.automatic_optimization = False
@@ -109,6 +115,7 @@ class AgenticRLModule(LightningModule):
         self.temperature = temperature
         self.logit_chunk_tokens = int(logit_chunk_tokens)
         self.reuse_rollout_log_probs = bool(reuse_rollout_log_probs)
+        self.balance_tokens = bool(balance_tokens)
         if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
                 "algo.loss.agg=seq-mean-token-sum-norm needs a constant horizon (algo.loss.horizon); the padded "
@@ -155,26 +162,8 @@ class AgenticRLModule(LightningModule):
             return dist_utils.all_reduce_(value.float(), "sum")
         return value.float()
 
-    def _uniform_count(self, n: int) -> int:
-        """The largest ``n`` over ranks: every rank runs that many forwards/backwards, so the
-        collectives inside them (DDP gradient all-reduce, FSDP all-gather/reduce-scatter) pair up."""
-        return dist_utils.max_int(n) if self._world_size() > 1 else n
-
     def _any_rank(self, flag: bool) -> bool:
         return bool(dist_utils.max_int(int(flag))) if self._world_size() > 1 else flag
-
-    def _dummy_logits(self, model) -> torch.Tensor:
-        """A two-token forward: the padding a rank runs when it has fewer micro-batches than another."""
-        ids = torch.full((1, 2), int(self.pad_id or 0), dtype=torch.long, device=self.device)
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=torch.arange(2, device=self.device)[None], use_cache=False)
-        return out.logits
-
-    def _backward_sync(self, last: bool):
-        """DDP: accumulate micro-batch gradients locally and all-reduce on the last one only."""
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        if not last and strategy is not None and hasattr(strategy, "block_backward_sync"):
-            return strategy.block_backward_sync()
-        return nullcontext()
 
     def _clip_grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
         root = self._trainer.strategy.model if self._trainer is not None else None
@@ -195,9 +184,9 @@ class AgenticRLModule(LightningModule):
         model.eval()
         try:
             out = torch.zeros_like(data["response_mask"]) if data is not None else None
-            for j in range(self._uniform_count(len(micros))):
+            for j in range(uniform_count(len(micros), self._world_size())):
                 if j >= len(micros):
-                    self._dummy_logits(model)
+                    padding_logits(model, self.pad_id, self.device)
                     continue
                 mb = micros[j]
                 logp, _ = forward_log_probs(model, mb, self.temperature, chunk_tokens=self.logit_chunk_tokens)
@@ -399,11 +388,15 @@ class AgenticRLModule(LightningModule):
         gradient norm global), and ``actor/optimizer_steps``, the steps applied.
 
         The rows are shuffled and split into ``n_steps`` mini-batches of (nearly) equal size.
-        Every rank splits its own rows into the same number of mini-batches, and runs the same
-        number of micro-batch forward/backward passes per step (padding with a zero-loss forward),
-        so the collectives of DDP and FSDP pair up. The loss normalisers (tokens, sequences) are
-        summed over all micro-batches and ranks. A non-finite loss on any rank, or a non-finite
-        gradient norm, skips the step on every rank (counted in ``actor/skipped_steps``).
+        Every rank splits its own rows into the same number of mini-batches; with
+        ``balance_tokens`` on several ranks, each global mini-batch's rows are then dealt out
+        to the ranks by their token counts (:func:`arl.modules.balance.rebalance`; logged as
+        ``perf/rank_tokens_max_over_mean``, and ``..._unbalanced`` for the split alone). Every
+        rank runs the same number of micro-batch forward/backward passes per step (padding with
+        a zero-loss forward), so the collectives of DDP and FSDP pair up. The loss normalisers
+        (tokens, sequences) are summed over all micro-batches and ranks. A non-finite loss on any
+        rank, or a non-finite gradient norm, skips the step on every rank (counted in
+        ``actor/skipped_steps``).
         """
         opt = self.optimizers()
         sched = self.lr_schedulers()
@@ -411,6 +404,7 @@ class AgenticRLModule(LightningModule):
         n = 0 if data is None else int(data["response_mask"].shape[0])
         sums: dict[str, float] = defaultdict(float)
         steps = 0
+        balance: dict[str, list[float]] = defaultdict(list)  # the deals' max-over-mean, before and after
         if n_steps is None:
             n_steps = self.steps_per_epoch(int(self._reduce_sum(torch.tensor(float(n)))))
         for _epoch in range(self.ppo_epochs):
@@ -420,8 +414,9 @@ class AgenticRLModule(LightningModule):
                 global_tokens, global_seqs = self._global_normalisers(data, mb_idx)
                 if float(global_tokens) == 0:  # the same on every rank
                     continue
+                mb_data, mb_idx = self._mini_batch(data, mb_idx, balance)
                 opt.zero_grad(set_to_none=True)
-                mb_metrics, finite = self._accumulate_gradients(data, mb_idx, on_policy, global_tokens, global_seqs)
+                mb_metrics, finite = self._accumulate_gradients(mb_data, mb_idx, on_policy, global_tokens, global_seqs)
                 grad_norm = self._optimizer_step(opt, sched, params, finite)
                 if grad_norm is None:
                     continue
@@ -434,7 +429,26 @@ class AgenticRLModule(LightningModule):
             name = k if k.startswith("is/") else f"actor/{k}"
             out.add(name, v / max(steps, 1), SAME if name == "actor/grad_norm" else SUM)
         out.same("actor/optimizer_steps", steps)
+        for name, values in balance.items():  # the same on every rank
+            out.same(name, sum(values) / len(values))
         return out
+
+    def _mini_batch(
+        self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor, balance: dict[str, list[float]]
+    ) -> tuple[dict[str, torch.Tensor] | None, torch.Tensor]:
+        """The rows this rank computes for one mini-batch (the rows ``mb_idx``, (m,), of ``data``),
+        as ``(rows, their indices)``: ``data`` and ``mb_idx`` themselves, or with ``balance_tokens``
+        on several ranks the rows dealt to this rank by tokens (a collective; the deal's
+        max-over-mean load is appended to ``balance``)."""
+        if not self.balance_tokens or self._world_size() <= 1:
+            return data, mb_idx
+        rows = index_batch(data, mb_idx) if data is not None and len(mb_idx) else None
+        pad = {"input_ids": self.pad_id or 0, "turn_row": -1}
+        rows, deal = rebalance(rows, self.device, pad)
+        balance["perf/rank_tokens_max_over_mean"].append(imbalance(deal.loads_after()))
+        balance["perf/rank_tokens_max_over_mean_unbalanced"].append(imbalance(deal.loads_before()))
+        n = 0 if rows is None else int(rows["attention_mask"].shape[0])
+        return rows, torch.arange(n, device=self.device)
 
     def _global_normalisers(
         self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor
@@ -462,11 +476,11 @@ class AgenticRLModule(LightningModule):
         """
         world = self._world_size()
         micros = list(micro_batches(data, mb_idx, self.micro_token_budget)) if len(mb_idx) else []
-        count = self._uniform_count(len(micros))
+        count = uniform_count(len(micros), world)
         mb_metrics: dict[str, float] = defaultdict(float)
         finite = True
         for j in range(count):
-            with self._backward_sync(last=j == count - 1):
+            with backward_sync(self._trainer, last=j == count - 1):
                 micro = micros[j] if j < len(micros) else None
                 loss = None
                 if micro is not None:
@@ -477,7 +491,7 @@ class AgenticRLModule(LightningModule):
                         for k, v in m.items():
                             mb_metrics[k] += v
                 if loss is None:  # padding, or a non-finite loss replaced by a zero loss
-                    loss = self._dummy_logits(self.policy).float().sum() * 0.0
+                    loss = padding_logits(self.policy, self.pad_id, self.device).float().sum() * 0.0
                 # normalisers are global over ranks while DDP/FSDP average gradients: undo the mean
                 self.manual_backward(loss * world)
         return mb_metrics, finite

@@ -7,7 +7,9 @@ from typing import Any, Callable
 import torch
 from lightning import LightningModule
 
+from arl.datamodules.batches import micro_batches
 from arl.modules.forward import CHUNK_TOKENS, forward_greedy_hits, forward_log_probs
+from arl.modules.passes import backward_sync, padding_logits, uniform_count
 from arl.utils import distributed as dist_utils
 from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
@@ -22,13 +24,21 @@ class BehaviourCloningModule(LightningModule):
         optimizer: a partial optimiser taking ``params``.
         warmup_steps: linear warm-up, then cosine decay to ``min_lr_ratio`` over ``total_steps``.
         sharding: ``trainer.sharding`` for the FSDP2 lane (``ModelParallelStrategy``).
+        logit_chunk_tokens: scored positions projected onto the vocabulary at once
+            (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`).
+        micro_token_budget: padded tokens of one forward/backward pass (``bc.micro_token_budget``):
+            a batch is cut into micro-batches under it (:func:`arl.datamodules.batches.micro_batches`)
+            whose gradients add up to the batch's; the step does not depend on the budget.
     """
 
     def __init__(
         self, policy, optimizer: Callable, warmup_steps: int = 0, total_steps: int = 1000, min_lr_ratio: float = 0.1,
         sharding: dict[str, Any] | None = None, logit_chunk_tokens: int = CHUNK_TOKENS,
+        micro_token_budget: int = 16384,
     ):
         super().__init__()
+        self.automatic_optimization = False  # several forward/backward passes per optimiser step
+        self.micro_token_budget = int(micro_token_budget)
         self.policy = policy
         self.logit_chunk_tokens = int(logit_chunk_tokens)  # model.logit_chunk_tokens (arl.modules.forward)
         self.sharding = dict(sharding) if sharding else None
@@ -60,17 +70,38 @@ class BehaviourCloningModule(LightningModule):
         return self.trainer.world_size if self._trainer is not None else 1
 
     def training_step(self, batch, batch_idx: int):
-        """The token mean over the response tokens of the *global* batch (``loss_tokens``, all
-        ranks together; this rank's own when absent): each rank's sum over its share divided by
-        that count, times the number of ranks, since DDP and FSDP average gradients over ranks.
-        Sharded or not, the step is the one a single process takes on the whole batch."""
-        log_probs, _ = forward_log_probs(self.policy, batch, chunk_tokens=self.logit_chunk_tokens)
+        """One optimiser step on the token mean over the response tokens of the *global* batch
+        (``loss_tokens``, all ranks together; this rank's own when absent): each rank's sum over
+        its share divided by that count, times the number of ranks, since DDP and FSDP average
+        gradients over ranks. The share is cut into micro-batches under ``micro_token_budget``,
+        each one forward and backward (every rank runs as many passes as the rank with the most,
+        padding with zero-loss ones: :mod:`arl.modules.passes`). Sharded or not, and whatever the
+        budget, the step is the one a single process takes on the whole batch."""
+        opt, sched = self.optimizers(), self.lr_schedulers()
         world = self._world_size()
-        loss, tokens = response_nll(log_probs, batch["response_mask"], batch.get("loss_tokens"))
-        self.log("bc/loss", loss, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
+        rows = {k: v for k, v in batch.items() if k != "loss_tokens"}
+        normaliser = batch.get("loss_tokens")
+        if normaliser is None:
+            normaliser = rows["response_mask"].sum()
+        idx = torch.arange(rows["input_ids"].shape[0], device=rows["input_ids"].device)
+        micros = list(micro_batches(rows, idx, self.micro_token_budget))
+        count = uniform_count(len(micros), world)
+        opt.zero_grad(set_to_none=True)
+        loss_sum, tokens = torch.zeros((), device=self.device), 0
+        for j in range(count):
+            with backward_sync(self._trainer, last=j == count - 1):
+                if j < len(micros):
+                    log_probs, _ = forward_log_probs(self.policy, micros[j], chunk_tokens=self.logit_chunk_tokens)
+                    loss, n = response_nll(log_probs, micros[j]["response_mask"], normaliser)
+                    loss_sum, tokens = loss_sum + loss.detach(), tokens + n
+                else:
+                    loss = padding_logits(self.policy, 0, self.device).float().sum() * 0.0
+                self.manual_backward(loss * world)
+        opt.step()
+        sched.step()
+        self.log("bc/loss", loss_sum, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
                  sync_dist=world > 1, reduce_fx="sum")
-        self.log("bc/lr", self.optimizers().param_groups[0]["lr"], on_step=True)
-        return loss * world
+        self.log("bc/lr", opt.param_groups[0]["lr"], on_step=True)
 
     def on_validation_epoch_start(self) -> None:
         # weighted sums, then weights, on the device: adding a batch's metrics needs no host sync

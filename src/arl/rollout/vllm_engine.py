@@ -504,8 +504,14 @@ class VLLMEngine:
             lora_scalings=lora_scalings(model),
         )
         # the folder may hold older weights than the module (after BC), a half-precision copy, or
-        # a peft model's base without its adapters: the module's own weights go in now
-        engine.sync(model)
+        # a peft model's base without its adapters: the module's own weights go in now; where rank 0
+        # alone holds them (trainer.sharding.load: rank0), broadcast one tensor at a time
+        from arl.utils.fsdp import iter_rank0_tensors, weights_from_rank0
+
+        if weights_from_rank0(model):
+            engine.load_weights(iter_rank0_tensors(model), lora_scalings(model) or None)
+        else:
+            engine.sync(model)
         return engine
 
     # ----------------------------------------------------------------------------- generation

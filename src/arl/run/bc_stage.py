@@ -24,13 +24,21 @@ from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.run.builders import build_trainer, sampling_params
 from arl.run.settings import run_settings
-from arl.utils.fsdp import full_state_dict, is_sharded
+from arl.utils.fsdp import (
+    full_state_dict,
+    gather_on_rank0,
+    is_sharded,
+    iter_rank0_tensors,
+    mark_weights_from_rank0,
+    meta_copy,
+    weights_from_rank0,
+)
 from arl.utils.logging import console, results_table
 
 
 def _fit_bc_round(
-    c: dict[str, Any], model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None
-) -> tuple[dict | None, int, dict[str, float]]:
+    c: dict[str, Any], model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None, skeleton=None
+) -> tuple[Any, int, dict[str, float]]:
     """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
 
     The rollout ``engine`` is built in the trainer's ``setup``, before the SFT (a vLLM that cannot
@@ -38,8 +46,10 @@ def _fit_bc_round(
     (:class:`arl.callbacks.EngineStart`).
 
     Returns the gathered full weights when the trainer shards the model (the sharded ``model``
-    object is not usable outside its strategy any more), the number of training samples and the
-    last held-out metrics (``bc/val_*``; empty without held-out episodes).
+    object is not usable outside its strategy any more; with ``skeleton``, a meta copy of a model
+    whose weights rank 0 alone holds, the policy gathered into it on rank 0 and None elsewhere),
+    the number of training samples and the last held-out metrics (``bc/val_*``; empty without
+    held-out episodes).
     """
     run = run_settings(c)
     bc = run.bc
@@ -50,6 +60,7 @@ def _fit_bc_round(
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
         sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run.model.logit_chunk_tokens,
+        micro_token_budget=bc.micro_token_budget,
     )
     # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
@@ -62,7 +73,12 @@ def _fit_bc_round(
     trainer.fit(module, datamodule=dm)
     if every and dm.val_samples and dm.steps_per_epoch % every:  # score the final policy too
         trainer.validate(module, datamodule=dm, verbose=False)
-    gathered = full_state_dict(module.policy, root=trainer.strategy.model) if is_sharded(c["trainer"]) else None
+    if skeleton is not None:
+        gathered = gather_on_rank0(module.policy, skeleton)
+    elif is_sharded(c["trainer"]):
+        gathered = full_state_dict(module.policy, root=trainer.strategy.model)
+    else:
+        gathered = None
     held_out = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("bc/val_")}
     return gathered, len(dm.train_samples), held_out
 
@@ -130,15 +146,23 @@ class _BCStage:
         from arl.bc import episodes_of
 
         t0 = time.perf_counter()
+        from_rank0 = weights_from_rank0(self.model)  # rank 0 alone holds the weights (trainer.sharding.load)
+        skeleton = meta_copy(self.model) if from_rank0 else None
         gathered, n_samples, held_out = _fit_bc_round(
-            self.c, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs, self.engine
+            self.c, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs,
+            self.engine, skeleton,
         )
         self.results.update(held_out)  # the last round's held-out loss and greedy agreement
-        if gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
+        if from_rank0:  # rank 0 gathered the policy into a fresh frame; the other ranks keep the meta frame
+            self.model = self.engine_model = mark_weights_from_rank0(gathered if gathered is not None else skeleton)
+        elif gathered is not None:  # the BC trainer sharded `model`: continue from a fresh copy
             self.engine_model.load_state_dict(gathered)
             self.model = copy.deepcopy(self.engine_model)
         self.save_policy()  # before the engine sync: an engine that fails to wake loses no SFT
-        self.engine.sync(self.engine_model)  # a no-op for the HF engine, which holds this very module
+        if from_rank0:  # vLLM: rank 0's weights, broadcast one tensor at a time
+            self.engine.load_weights(iter_rank0_tensors(self.model))
+        else:
+            self.engine.sync(self.engine_model)  # a no-op for the HF engine, which holds this very module
         console.print(f"behaviour cloning: {epochs} epoch(s) on {n_samples} samples in {time.perf_counter() - t0:.1f}s")
         return n_samples
 

@@ -33,21 +33,32 @@ from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
 from arl.utils.placement import trainer_processes
 
 
-def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None):
+def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None,
+               from_rank0: bool = False):
     """(model, tokenizer, source) of a ``model`` config (or its typed section); the embedded model's
     tokenizer corpus is played by :func:`arl.agent.corpus.corpus_texts`.
 
     Activation checkpointing is applied once: when the sharded trainer of ``trainer_cfg`` wraps
     every block itself (``trainer.sharding.activation_checkpointing``), the model's own
-    (``model.gradient_checkpointing``) is left off.
+    (``model.gradient_checkpointing``) is left off. ``from_rank0`` (:func:`arl.utils.fsdp.loads_on_rank0`): the
+    global rank 0 loads the weights, every other rank builds the model on the meta device, and
+    the model is marked so that sharding it and building an engine from it broadcast rank 0's
+    weights (:func:`arl.utils.fsdp.mark_weights_from_rank0`).
     """
     from arl.agent.corpus import corpus_texts
     from arl.models.loading import load_from_config
+    from arl.utils.fsdp import mark_weights_from_rank0
+    from arl.utils.placement import resolve_placement
 
     model = model_settings(model_cfg)
     if trainer_cfg and is_sharded(trainer_cfg) and (trainer_cfg.get("sharding") or {}).get("activation_checkpointing"):
         model = dataclasses.replace(model, gradient_checkpointing=False)
-    return load_from_config(model, corpus_texts=corpus_texts)
+    if not from_rank0:
+        return load_from_config(model, corpus_texts=corpus_texts)
+    policy, tokenizer, source = load_from_config(model, corpus_texts=corpus_texts,
+                                                 weights=resolve_placement().global_rank == 0)
+    return mark_weights_from_rank0(policy), tokenizer, source
+
 
 
 def tiny_model(cfg=None, cache_dir=None) -> Path:
@@ -249,6 +260,7 @@ def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
         reuse_rollout_log_probs=reuse_rollout_log_probs(c),
         sharding=c["trainer"].get("sharding"),
         logit_chunk_tokens=run.model.logit_chunk_tokens,
+        balance_tokens=rl.balance_tokens,
     )
 
 

@@ -145,6 +145,7 @@ def _validate_scale(c: dict[str, Any]) -> None:
                 f"trainer.sharding.layer_cls={layer_cls!r} must be a non-empty list of transformer block class names "
                 "(e.g. [Qwen3DecoderLayer])"
             )
+        _validate_sharding_load(c)
     collapse = (c.get("callbacks") or {}).get("collapse") or {}
     if collapse:
         from arl.callbacks.collapse import ACTIONS
@@ -154,6 +155,20 @@ def _validate_scale(c: dict[str, Any]) -> None:
             value = collapse.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")
+
+
+def _validate_sharding_load(c: dict[str, Any]) -> None:
+    """``trainer.sharding.load``: auto | rank0 | every_rank; rank0 only where it can hold."""
+    from arl.utils.fsdp import SHARDING_LOADS, loads_on_rank0
+
+    choice = ((c.get("trainer") or {}).get("sharding") or {}).get("load", "auto")
+    _choice("trainer.sharding.load", choice, SHARDING_LOADS)
+    if choice == "rank0" and not loads_on_rank0(c):
+        raise ConfigError(
+            "trainer.sharding.load=rank0 needs FSDP2 (trainer=fsdp2, or fsdp2_cpu) on several processes with the vLLM "
+            "engine (rollout=vllm): the transformers engine generates from an unsharded copy on every rank, and one "
+            "process has no other rank to send weights to; set trainer.sharding.load=every_rank (or auto)"
+        )
 
 
 VLLM_MIN = (0, 11)  # logprobs_mode (processed_logprobs) and the in-place reload_weights

@@ -42,7 +42,17 @@ from arl.run.checks import validate_config
 from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.config import container
-from arl.utils.fsdp import full_state_dict, is_fsdp2, is_sharded, iter_full_tensors
+from arl.utils.fsdp import (
+    full_state_dict,
+    gather_on_rank0,
+    is_fsdp2,
+    is_sharded,
+    iter_full_tensors,
+    loads_on_rank0,
+    mark_weights_from_rank0,
+    meta_copy,
+    weights_from_rank0,
+)
 from arl.utils.logging import console, results_table
 
 log = logging.getLogger(__name__)
@@ -81,12 +91,16 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
         end_stage()  # the BC stage's tracker runs close
         results.update(bc_results)
         if run.rl.enabled and is_peft_model(model):  # the BC adapters become the base: the RL reference (the
-            model = fold_adapters(model, run.model.lora)  # policy with fresh adapters off) is the BC policy
+            from_rank0 = weights_from_rank0(model)      # policy with fresh adapters off) is the BC policy
+            model = fold_adapters(model, run.model.lora)
+            if from_rank0:  # a new module: rank 0's fresh adapters reach the others when it is sharded
+                mark_weights_from_rank0(model)
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
         return finish_bc_only(c, results, loop, engine, out_dir)
 
+    skeleton = meta_copy(model) if weights_from_rank0(model) else None  # the export's frame (rank 0 gathers)
     module, trainer = _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
-    results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir)
+    results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir, skeleton)
     end_stage()
     loop.close()
     if callable(getattr(engine, "close", None)):
@@ -129,15 +143,19 @@ def _load_parts(c: dict[str, Any]):
     """``(model, tokenizer, engine_model, engine, loop)``: the policy, and the rollout engine and
     agent loop around it; under sharding the engine keeps its own unsharded copy of the policy
     (synced by gathering after updates), otherwise ``engine_model`` is the policy itself."""
-    model, tokenizer, source = load_model(c["model"], c["trainer"])
+    from_rank0 = loads_on_rank0(c)
+    model, tokenizer, source = load_model(c["model"], c["trainer"], from_rank0=from_rank0)
     model.train()
-    console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
+    where = " (rank 0 loads it; the other ranks receive their shards)" if from_rank0 else ""
+    console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters){where}")
     sharded = is_sharded(c["trainer"])
     if sharded and "layer_cls" in (c["trainer"].get("sharding") or {}):
         from arl.utils.fsdp import resolve_layer_classes
 
         resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
-    engine_model = copy.deepcopy(model) if sharded else model
+    # sharded, the transformers engine generates from an unsharded copy of its own; vLLM holds its
+    # own weights, so under rank-0 loading nothing is copied (the engine is loaded by broadcast)
+    engine_model = copy.deepcopy(model) if sharded and not from_rank0 else model
     engine = build_engine(c["rollout"], engine_model, tokenizer)
     return model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer)
 
@@ -173,11 +191,15 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
     return module, trainer
 
 
-def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path) -> str:
+def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path, skeleton=None) -> str:
     """Save the final policy as a HF folder (``policy_hf``, rank 0); sharded, the final weights are
     gathered into the engine's copy first (every rank takes part; under FSDP2 one tensor at a time,
-    so no GPU holds the whole unsharded model while the engine is awake). Returns its path."""
-    if engine_model is not model:
+    so no GPU holds the whole unsharded model while the engine is awake); where rank 0 alone
+    loaded the weights, rank 0 alone gathers them, into ``skeleton`` (a meta copy of the policy
+    taken before it was sharded). Returns its path."""
+    if skeleton is not None:
+        engine_model = gather_on_rank0(module.policy, skeleton)
+    elif engine_model is not model:
         sync_engine(engine, trainer, module)
         if getattr(engine, "model", None) is not engine_model:
             if is_fsdp2(module.policy):  # one gathered tensor at a time into the host copy, not the whole model

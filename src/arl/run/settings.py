@@ -26,7 +26,7 @@ from arl.models.config import ModelSettings, without_missing_path
 from arl.rollout.hf_engine import HF_CACHES
 from arl.rollout.vllm_config import VLLM_BLOCK, VLLMSettings
 from arl.utils.config import ConfigError, container, typed_section
-from arl.utils.memory_plan import ENGINES
+from arl.plan.memory import ENGINES
 from arl.utils.schema import (
     BOOLEAN,
     INSTANTIABLE,
@@ -110,6 +110,7 @@ class RLSettings:
     mini_batches: int = required(COUNT)
     mini_batch_size: int | None = required(optional(COUNT))
     micro_token_budget: int = required(COUNT)
+    balance_tokens: bool = required(BOOLEAN)
     old_log_probs: str = required(one_of(OLD_LOG_PROBS))
     grad_clip: float = required(number(0.0, low_open=True))
     reference_dtype: str | None = required(optional(one_of(REFERENCE_DTYPES)))
@@ -153,6 +154,7 @@ class BCSettings:
     val_fraction: float = required(number(0.0, 1.0, high_open=True))
     val_every: int | None = required(optional(COUNT))
     val_token_budget: int = required(COUNT)
+    micro_token_budget: int = required(COUNT)
     warmup_steps: int = required(integer(0))
     dataset_path: str | None = required(optional(NON_EMPTY))
     val_untrained: bool = required(BOOLEAN)

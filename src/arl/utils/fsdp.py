@@ -45,6 +45,26 @@ def is_sharded(trainer_cfg: Mapping[str, Any] | None) -> bool:
     return strategy_name(trainer_cfg) in SHARDED_STRATEGIES or strategy_name(trainer_cfg).startswith("fsdp")
 
 
+SHARDING_LOADS = ("auto", "rank0", "every_rank")
+
+
+def loads_on_rank0(c: Mapping[str, Any]) -> bool:
+    """``trainer.sharding.load`` of the plain config ``c`` resolved: whether rank 0 alone loads
+    the policy's weights and the other ranks receive their shards from it. ``auto`` means yes
+    under FSDP2 (``ModelParallelStrategy``) on several processes with the vLLM engine, the
+    paper-scale setting: a node then holds one loaded copy, not one per GPU (the transformers
+    engine generates from an unsharded copy on every rank, so it needs every rank to load).
+    ``rank0`` outside that setting is a config error (``arl.run.checks``)."""
+    trainer = c.get("trainer") or {}
+    choice = (trainer.get("sharding") or {}).get("load", "auto")
+    if choice == "every_rank":
+        return False
+    from arl.utils.placement import trainer_processes
+
+    return (strategy_name(trainer) == "ModelParallelStrategy" and trainer_processes(trainer) > 1
+            and (c.get("rollout") or {}).get("engine") == "vllm")
+
+
 def block_class_names(model: nn.Module) -> list[str]:
     """Names of the repeated sub-module classes of ``model`` (the candidates for wrapping)."""
     counts: dict[str, int] = {}
@@ -145,11 +165,131 @@ def fully_shard_model(model: nn.Module, sharding: Mapping[str, Any], mesh) -> nn
     dtype = sharding.get("mixed_precision")
     if dtype:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)), reduce_dtype=torch.float32)
+    from_rank0 = weights_from_rank0(model)
+    full = dict(model.state_dict()) if from_rank0 and _global_rank() == 0 else {}  # kept alive until sent
     for m in list(model.modules()):
         if isinstance(m, classes):
             fully_shard(m, **kwargs)
     fully_shard(model, **kwargs)
+    if from_rank0:
+        _load_shards_from_rank0(model, full, mesh)
     return model
+
+
+# ----------------------------------------------------------------------------- weights from rank 0
+_FROM_RANK0 = "_arl_weights_from_rank0"
+
+
+def mark_weights_from_rank0(model: nn.Module) -> nn.Module:
+    """Mark ``model`` as one whose weights rank 0 alone holds (``trainer.sharding.load: rank0``):
+    on rank 0 the loaded model, on the others the same architecture on the meta device. Sharding
+    it (:func:`fully_shard_model`) then fills every rank's shards from rank 0's tensors, and an
+    engine built from it is loaded by broadcast (:func:`iter_rank0_tensors`). Every rank marks
+    its model alike (the collectives pair up)."""
+    setattr(model, _FROM_RANK0, True)
+    return model
+
+
+def weights_from_rank0(model: nn.Module) -> bool:
+    """Whether ``model`` is marked by :func:`mark_weights_from_rank0` and not yet sharded."""
+    return bool(getattr(model, _FROM_RANK0, False))
+
+
+def _global_rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _collective_device() -> torch.device:
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def _load_shards_from_rank0(model: nn.Module, full: Mapping[str, torch.Tensor], mesh) -> None:
+    """Fill the FSDP2 shards of ``model`` from rank 0's full state dict ``full`` (empty on the
+    other ranks, whose parameters are on the meta device): storage is made on the mesh's device
+    (rank 0 moves its own shards there), each tensor is broadcast from rank 0 and every rank
+    keeps its shard (``set_model_state_dict(broadcast_from_rank0=True)``), then the buffers, which
+    state dicts leave out when they are not persistent (rotary ``inv_freq``)."""
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    device = torch.device("cuda", torch.cuda.current_device()) if mesh.device_type == "cuda" else torch.device(mesh.device_type)
+    if _global_rank() == 0:
+        model.to(device)
+    else:
+        model.to_empty(device=device)
+    set_model_state_dict(model, dict(full), options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    for _, buf in model.named_buffers():
+        dist.broadcast(buf, src=0)
+    setattr(model, _FROM_RANK0, False)
+
+
+def meta_copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module``'s structure with every parameter and buffer on the meta device (no
+    storage): the skeleton a gathered policy is rebuilt into (:func:`gather_on_rank0`)."""
+    import copy
+    import itertools
+
+    memo: dict[int, Any] = {}
+    for t in itertools.chain(module.parameters(), module.buffers()):
+        meta = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    return copy.deepcopy(module, memo)
+
+
+def gather_on_rank0(policy: nn.Module, skeleton: nn.Module) -> nn.Module | None:
+    """The unsharded ``policy`` (FSDP2) on rank 0, None on the others: a collective, every rank
+    calls it. Rank 0 gives ``skeleton`` (a :func:`meta_copy` of the policy taken before it was
+    sharded) host storage and copies each tensor in as it is gathered
+    (:func:`iter_full_tensors`, one at a time), and the buffers from ``policy``; the other ranks
+    only take part in the gathers. Replaces the full state dict on every rank, which held the
+    whole policy in every process at once."""
+    rank0 = _global_rank() == 0
+    target = skeleton.to_empty(device="cpu") if rank0 else None
+    if rank0 and callable(getattr(target, "tie_weights", None)):
+        target.tie_weights()  # to_empty gives each module its own tensor: tied weights are one again
+    state = target.state_dict() if rank0 else {}
+    for name, full in iter_full_tensors(policy):
+        if rank0:
+            state[name].copy_(full)
+    if rank0:
+        own = {n.replace(_CHECKPOINT_SEGMENT, ""): b for n, b in policy.named_buffers()}
+        for name, buf in target.named_buffers():
+            buf.copy_(own[name])
+    return target
+
+
+def iter_rank0_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(name, full tensor)`` of every state-dict entry of a :func:`mark_weights_from_rank0`
+    model, as rank 0 holds it, on every rank: a collective (every rank iterates the same names in
+    the same order). Each tensor is broadcast from rank 0 right when the consumer asks for it (a
+    rollout engine's ``load_weights``), so a rank without weights holds at most one beyond its own.
+    Tied names as :func:`iter_full_tensors`."""
+    import torch.distributed as dist
+
+    device, rank0 = _collective_device(), _global_rank() == 0
+    aliases, later = _tied_aliases(model)
+    for name, value in model.state_dict().items():
+        if name in later:
+            continue
+        full = value.detach().to(device) if rank0 else torch.empty(value.shape, dtype=value.dtype, device=device)
+        dist.broadcast(full, src=0)
+        yield name, full
+        for alias in aliases.get(name, ()):
+            yield alias, full
+        del full
+
+
+def _tied_aliases(policy: nn.Module) -> tuple[dict[str, list[str]], set[str]]:
+    """``({first name: its other names}, every other name)`` of the parameters tied together."""
+    names_of: dict[int, list[str]] = {}
+    for n, p in policy.named_parameters(remove_duplicate=False):
+        names_of.setdefault(id(p), []).append(n.replace(_CHECKPOINT_SEGMENT, ""))
+    aliases = {names[0]: names[1:] for names in names_of.values() if len(names) > 1}
+    return aliases, {a for names in aliases.values() for a in names}
 
 
 def _has_dtensor(module: nn.Module) -> bool:
@@ -238,11 +378,7 @@ def iter_full_tensors(policy: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     are tied follows from the module's structure, so every rank gathers the same tensors. FSDP1
     has no per-tensor gather: use :func:`full_state_dict`.
     """
-    names_of: dict[int, list[str]] = {}
-    for n, p in policy.named_parameters(remove_duplicate=False):
-        names_of.setdefault(id(p), []).append(n.replace(_CHECKPOINT_SEGMENT, ""))
-    aliases = {names[0]: names[1:] for names in names_of.values() if len(names) > 1}
-    later = {a for names in aliases.values() for a in names}
+    aliases, later = _tied_aliases(policy)
     for name, value in policy.state_dict().items():
         if name in later:
             continue

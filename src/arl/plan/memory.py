@@ -229,11 +229,15 @@ class Setup:
             (``model.logit_chunk_tokens``).
         tokens: padded tokens of one micro-batch (``rl.micro_token_budget``); N is the larger of
             it and ``row_tokens`` (:attr:`micro_tokens`).
-        bc_tokens: padded tokens of this rank's share of one behaviour-cloning batch (its rows x
-            ``row_tokens``; BC steps are not cut into micro-batches); 0: no BC stage.
+        bc_tokens: padded tokens of one behaviour-cloning forward/backward pass: this rank's share
+            of a batch (its rows x ``row_tokens``), or ``bc.micro_token_budget`` (at least one row)
+            when the share is larger; 0: no BC stage.
         row_tokens: T, the widest padded row (``rollout.max_prompt_tokens + max_new_tokens``):
             the attention mask holds T entries per token.
         engine: ``hf`` or ``vllm``.
+        rank0_loads: rank 0 alone loads the weights, the other ranks build the model on the meta
+            device and receive their shards and their engine's weights by broadcast
+            (``trainer.sharding.load``, :func:`arl.utils.fsdp.loads_on_rank0`).
         vllm_utilization: ``rollout.vllm.gpu_memory_utilization`` (share of the whole device).
         vllm_sleep: sleep mode frees vLLM's memory during the update (GPU only).
         vllm_sleep_level: 1 offloads vLLM's weights to pinned host memory while it sleeps; 2 (the
@@ -263,6 +267,7 @@ class Setup:
     bc_tokens: int = 0
     row_tokens: int = 2048
     engine: str = "hf"
+    rank0_loads: bool = False
     vllm_utilization: float = 0.5
     vllm_sleep: bool = False
     vllm_sleep_level: int = 2
@@ -611,8 +616,8 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
 
 def bc_phase_bytes(arch: Architecture, s: Setup) -> int:
     """One behaviour-cloning step at its peak: weights, gradients, AdamW (BC's own optimiser), compute
-    copies, the activations of this rank's whole share of a BC batch (``bc_tokens``, or one row when
-    a row is longer) and the larger of one logits chunk and a block's backward over it, the engine
+    copies, the activations of one BC micro-batch (``bc_tokens``: the rank's share of a batch, at
+    most ``bc.micro_token_budget`` or one row) and the larger of one logits chunk and a block's backward over it, the engine
     asleep (it sleeps while the SFT trains, :class:`arl.callbacks.EngineStart`) and the context. No
     reference: the RL stage builds it after BC."""
     return make_plan(arch, replace(s, tokens=s.bc_tokens, reference=False, bc_tokens=0)).phases["update"]
@@ -754,7 +759,7 @@ def format_plan(plan: MemoryPlan) -> str:
     lines.append(f"generation phase  {plan.phases['generation'] / GIB:8.{d}f} GiB  weights, reference, AdamW (gradients "
                  "freed after the update) + engine awake + context")
     if "bc" in plan.phases:
-        lines.append(f"bc phase          {plan.phases['bc'] / GIB:8.{d}f} GiB  the update's terms for a BC batch share of "
+        lines.append(f"bc phase          {plan.phases['bc'] / GIB:8.{d}f} GiB  the update's terms for a BC micro-batch of "
                      f"{plan.setup.bc_tokens} tokens, no reference")
     lines.append(verdict_line(plan))
     return "\n".join(lines)

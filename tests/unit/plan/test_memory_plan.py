@@ -1,4 +1,4 @@
-"""The memory plan's arithmetic (``arl.utils.memory_plan``) and the architectures it is made for
+"""The memory plan's arithmetic (``arl.plan.memory``) and the architectures it is made for
 (``arl.plan.resolve_architecture``): numbers worked by hand, the activation formula against the
 tensors autograd really saves, properties, and the parameter counts of real models."""
 
@@ -11,7 +11,7 @@ from itertools import product
 import pytest
 
 from arl.plan import PlanError, resolve_architecture
-from arl.utils.memory_plan import (
+from arl.plan.memory import (
     CUDA_CONTEXT_BYTES,
     GIB,
     KNOWN_ARCHITECTURES,

@@ -4,7 +4,7 @@
 tiny model's config, a local ``config.json``, the HF cache, or the table of known hub ids) and
 how the config places it (:func:`setup_from_config`: strategy, shards, precision, checkpointing,
 LoRA, reference, token budget, rollout engine), and hands both to the arithmetic of
-:mod:`arl.utils.memory_plan`. ``src/plan.py`` prints the result; ``src/train.py`` runs
+:mod:`arl.plan.memory`. ``src/plan.py`` prints the result; ``src/train.py`` runs
 :func:`startup_check` after its machine check and stops a GPU run whose plan does not fit.
 No model, engine or tensor is made here.
 """
@@ -22,7 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from arl.models.config import ModelSettings, model_settings
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
-from arl.utils.memory_plan import (
+from arl.utils.fsdp import loads_on_rank0
+from arl.plan.memory import (
     GIB,
     KNOWN_ARCHITECTURES,
     Architecture,
@@ -90,7 +91,7 @@ def resolve_architecture(model: ModelSettings | Mapping[str, Any]) -> Architectu
 
     ``model.init_from`` and a local ``model.path`` are read from their ``config.json``; the
     embedded tiny model from its config; SmolLM2 from the table; a hub id from the HF cache when it
-    holds the model, else from :data:`~arl.utils.memory_plan.KNOWN_ARCHITECTURES`.
+    holds the model, else from :data:`~arl.plan.memory.KNOWN_ARCHITECTURES`.
 
     Raises:
         PlanError: a hub id the table does not know and the cache does not hold, or a folder
@@ -197,15 +198,17 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
     row_tokens = int(rollout["max_prompt_tokens"]) + int(rollout["max_new_tokens"])
     bc = c.get("bc") or {}
     bc_trains = bool(bc.get("enabled")) and int(bc.get("epochs") or 0) > 0 and not model.init_from
-    # a BC step takes this rank's share of a global batch (arl.datamodules.sft_datamodule.GlobalBatchShares)
-    bc_tokens = -(-int(bc["batch_size"]) // (devices * nodes)) * row_tokens if bc_trains else 0
+    # a BC step takes this rank's share of a global batch (arl.datamodules.sft_datamodule.GlobalBatchShares),
+    # one micro-batch of at most bc.micro_token_budget tokens (or one row) at a time
+    share = -(-int(bc["batch_size"]) // (devices * nodes)) * row_tokens
+    bc_tokens = min(share, max(int(bc["micro_token_budget"]), row_tokens)) if bc_trains else 0
     setup = Setup(
         device="gpu" if on_gpu else "cpu", strategy=strategy, shards=shards, nodes=nodes, master_bytes=master,
         compute=compute, lora_rank=lora.r if lora.enabled else None,
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0 and not lora.enabled,
         reference_bytes_per_param=DTYPE_BYTES.get(str(rl.get("reference_dtype"))),
         checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
-        bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]),
+        bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]), rank0_loads=loads_on_rank0(c),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
         vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),
         hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),
@@ -283,18 +286,27 @@ def _capacity(plan_cfg: Mapping[str, Any], on_gpu: bool, machine: Machine, devic
 
 
 def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:
-    """Host memory of one node (not checked): every process loads the full policy and deep-copies
-    its reference (none under LoRA) and, under FSDP, the engine's copy, before sharding; afterwards the engine's copy
-    (FSDP with vLLM: kept on the host) and, at sleep level 1, vLLM's sleeping weights (pinned host memory)
-    stay; level 2 discards them."""
+    """Host memory of one node (not checked) at start-up and after.
+
+    Every process that loads (all of them, or rank 0 alone under ``trainer.sharding.load: rank0``,
+    where the others build the model on the meta device) holds the full policy and its reference
+    copy (none under LoRA) before sharding, and with every rank loading under FSDP also the
+    engine's copy (rank-0 loading has none: vLLM receives its weights by broadcast). Afterwards the
+    engine's copy (FSDP with vLLM, every rank loading: kept on the host) and, at sleep level 1,
+    vLLM's sleeping weights (pinned host memory) stay; level 2 discards them."""
     p = arch.params() * s.master_bytes
-    start = p * (1 + int(s.sharded)) + int(s.reference) * arch.params() * (s.reference_bytes_per_param or s.master_bytes)
-    steady = p if s.sharded and s.engine == "vllm" else 0
+    reference = int(s.reference) * arch.params() * (s.reference_bytes_per_param or s.master_bytes)
+    engine_copy = s.sharded and not s.rank0_loads
+    one = p * (1 + int(engine_copy)) + reference
+    loaders = 1 if s.rank0_loads else world_per_node
+    steady = p if engine_copy and s.engine == "vllm" else 0
     steady += arch.params() * s.vllm_dtype_bytes if s.vllm_sleep and s.vllm_sleep_level == 1 else 0
-    return (f"host memory per node (not checked): about {world_per_node * start / GIB:.0f} GiB at start-up "
-            f"({world_per_node} process{'es' if world_per_node > 1 else ''} x {start / GIB:.1f} GiB: policy"
-            + (" + reference copy" if s.reference else "") + (" + engine copy" if s.sharded else "")
-            + f"), {world_per_node * steady / GIB:.0f} GiB after")
+    parts = "policy" + (" + reference copy" if s.reference else "") + (" + engine copy" if engine_copy else "")
+    who = (f"rank 0 loads {parts}, {one / GIB:.1f} GiB; the other {world_per_node - 1} build on the meta device"
+           if s.rank0_loads and world_per_node > 1 else
+           f"{loaders} process{'es' if loaders > 1 else ''} x {one / GIB:.1f} GiB: {parts}")
+    return (f"host memory per node (not checked): about {loaders * one / GIB:.0f} GiB at start-up ({who}), "
+            f"{world_per_node * steady / GIB:.0f} GiB after")
 
 
 # ------------------------------------------------------------------------------ the report
