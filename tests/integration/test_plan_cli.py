@@ -27,9 +27,29 @@ def test_the_paper_preset_fits_eight_141_gb_gpus():
     assert "placement: this process is rank 0 of 1 (local rank 0, single) on cpu" in out.stdout
     assert "Qwen/Qwen3-4B: 36 layers, hidden 2560, intermediate 9728, 32 heads, 8 KV heads, head dim 128" in out.stdout
     assert "FSDP2 over 8 shards" in out.stdout and "fits in 141.0 GiB" in out.stdout
-    # behaviour cloning first: a step on this rank's 64 / 8 rows of up to 4608 tokens is planned too
-    assert "bc phase" in out.stdout and "BC batch share of 36864 tokens" in out.stdout
+    # behaviour cloning first: this rank's 64 / 8 rows of up to 4608 tokens (36864), one micro-batch of
+    # bc.micro_token_budget (= rl.micro_token_budget, 32768) at a time, is planned too
+    assert "bc phase" in out.stdout and "BC micro-batch of 32768 tokens" in out.stdout
     assert "bc phase" not in plan_cli(*PAPER, "plan.gpu_memory_gb=141", "bc.enabled=false").stdout
+
+
+def test_the_paper_preset_fits_80_gb_with_room_one_141_gb_gpu_and_a_lean_node():
+    """At the official 32768-token micro-batches the 8-GPU preset peaks at no more than 85 % of 80 GB;
+    one 141 GB GPU runs it all (BC, update, generation); rank 0 alone loads the weights under FSDP2
+    with vLLM, so a node's start-up holds one policy and its reference (under 96 GiB), and every
+    rank loading would hold 8 of each plus the engines' copies."""
+    import re
+
+    out = plan_cli(*PAPER, "plan.gpu_memory_gb=80", "rl.micro_token_budget=32768")
+    assert out.returncode == 0, out.stdout + out.stderr
+    peak = float(re.search(r"memory plan: peak ([\d.]+) GiB per GPU", out.stdout).group(1))
+    assert peak <= 0.85 * 80, peak
+    host = float(re.search(r"host memory per node \(not checked\): about (\d+) GiB at start-up", out.stdout).group(1))
+    assert host < 96 and "rank 0 loads policy + reference copy" in out.stdout, out.stdout
+    every = plan_cli(*PAPER, "plan.gpu_memory_gb=80", "trainer.sharding.load=every_rank").stdout
+    assert "about 360 GiB at start-up (8 processes x 45.0 GiB" in every
+    one = plan_cli("experiment=sampo_alfworld", "trainer.devices=1", "plan.gpu_memory_gb=141")
+    assert one.returncode == 0 and "fits in 141.0 GiB" in one.stdout and "bc phase" in one.stdout, one.stdout
 
 
 def test_the_paper_preset_on_16_gb_names_the_keys_to_change():

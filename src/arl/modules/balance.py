@@ -144,10 +144,8 @@ def exchange_rows(
             out[name] = recv
             continue
         table = torch.full((len(incoming), width), pad_values.get(name, 0), dtype=dtype, device=device)
-        start = 0
-        for i, (_, n) in enumerate(incoming):
-            table[i, :n] = recv[start : start + n]
-            start += n
+        lengths = torch.tensor([n for _, n in incoming], dtype=torch.long, device=device)
+        table[torch.arange(width, device=device)[None, :] < lengths[:, None]] = recv  # rows in order, row-major
         out[name] = table
     return out
 

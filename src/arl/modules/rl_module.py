@@ -443,8 +443,9 @@ class AgenticRLModule(LightningModule):
         if not self.balance_tokens or self._world_size() <= 1:
             return data, mb_idx
         rows = index_batch(data, mb_idx) if data is not None and len(mb_idx) else None
-        pad = {"input_ids": self.pad_id or 0, "turn_row": -1}
-        rows, deal = rebalance(rows, self.device, pad)
+        if rows is not None:  # turn rows index the sender's turn table: no use on another rank, and the update reads none
+            rows.pop("turn_row", None)
+        rows, deal = rebalance(rows, self.device, {"input_ids": self.pad_id or 0})
         balance["perf/rank_tokens_max_over_mean"].append(imbalance(deal.loads_after()))
         balance["perf/rank_tokens_max_over_mean_unbalanced"].append(imbalance(deal.loads_before()))
         n = 0 if rows is None else int(rows["attention_mask"].shape[0])

@@ -97,11 +97,12 @@ class BehaviourCloningModule(LightningModule):
                 else:
                     loss = padding_logits(self.policy, 0, self.device).float().sum() * 0.0
                 self.manual_backward(loss * world)
+        lr = opt.param_groups[0]["lr"]  # the rate this step takes
         opt.step()
         sched.step()
         self.log("bc/loss", loss_sum, on_step=True, prog_bar=True, batch_size=max(tokens, 1),
                  sync_dist=world > 1, reduce_fx="sum")
-        self.log("bc/lr", opt.param_groups[0]["lr"], on_step=True)
+        self.log("bc/lr", lr, on_step=True)
 
     def on_validation_epoch_start(self) -> None:
         # weighted sums, then weights, on the device: adding a batch's metrics needs no host sync

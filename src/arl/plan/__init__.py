@@ -305,8 +305,9 @@ def host_note(arch: Architecture, s: Setup, world_per_node: int) -> str:
     who = (f"rank 0 loads {parts}, {one / GIB:.1f} GiB; the other {world_per_node - 1} build on the meta device"
            if s.rank0_loads and world_per_node > 1 else
            f"{loaders} process{'es' if loaders > 1 else ''} x {one / GIB:.1f} GiB: {parts}")
+    later = f" (rank 0: {p / GIB:.1f} GiB again while it gathers the BC result or the export)" if s.rank0_loads else ""
     return (f"host memory per node (not checked): about {loaders * one / GIB:.0f} GiB at start-up ({who}), "
-            f"{world_per_node * steady / GIB:.0f} GiB after")
+            f"{world_per_node * steady / GIB:.0f} GiB after{later}")
 
 
 # ------------------------------------------------------------------------------ the report

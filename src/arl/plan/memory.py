@@ -36,8 +36,14 @@ FP32 = 4
 # CUDA context and kernels of one process: transformers' docs, "Model training anatomy"
 # (https://huggingface.co/docs/transformers/model_memory_anatomy): after `torch.ones((1, 1)).to("cuda")`
 # `nvidia-smi` shows "GPU memory occupied: 1343 MB", all of it context and kernels. With CUDA's lazy
-# module loading it can be less; NCCL's buffers under multi-GPU runs come on top and are not counted.
+# module loading it can be less; NCCL's buffers under multi-GPU runs come on top (NCCL_BYTES).
 CUDA_CONTEXT_BYTES = 1343 * 2**20
+
+# NCCL's buffers of one communicator on one GPU, an estimate (not measured here: it needs GPUs):
+# NCCL_BUFFSIZE (4 MiB, the Simple protocol's buffer) for each of 2 ring peers on each of up to
+# 32 channels, and about as much again for the LL/LL128 protocols (NCCL's environment-variable
+# docs). One communicator: FSDP2's 1-D mesh over every process is the default group.
+NCCL_BYTES = 4 * 2**20 * 2 * 32 * 2
 
 # fp32 (C, V) blocks alive at once when one chunk of C scored positions is back-propagated by
 # arl.modules.forward (forward_log_probs(with_entropy=True), the update's _micro_loss): the chunk's
@@ -502,6 +508,13 @@ def context_bytes(s: Setup) -> int:
     return CUDA_CONTEXT_BYTES if s.device == "gpu" else 0
 
 
+def nccl_bytes(s: Setup) -> int:
+    """NCCL's buffers of this process (:data:`NCCL_BYTES`, an estimate) when several GPU processes
+    train together (DDP, or FSDP over more than one shard); 0 on one process and on a CPU (gloo)."""
+    several = s.strategy == "ddp" or (s.sharded and s.shards > 1)
+    return NCCL_BYTES if s.device == "gpu" and several else 0
+
+
 def _per_shard(n: int, s: Setup) -> int:
     return -(-n // s.shards) if s.sharded else n
 
@@ -527,9 +540,9 @@ class MemoryPlan:
     * ``update``: the forward/backward of one micro-batch: resident state (weights, reference,
       gradients, optimiser), compute copies, the activations kept for backward, the larger of the
       logits peak and a block's backward (they are not alive at once), the engine as it sleeps
-      (vLLM) or stays (the transformers engine's copy), the CUDA context.
+      (vLLM) or stays (the transformers engine's copy), the CUDA context, NCCL's buffers.
     * ``generation``: the rollout: weights, reference and optimiser state, the engine awake, the
-      CUDA context. No gradients: the weight-sync callback frees them (``zero_grad(set_to_none=True)``)
+      CUDA context, NCCL's buffers. No gradients: the weight-sync callback frees them (``zero_grad(set_to_none=True)``)
       after every update, before the engine wakes (:mod:`arl.callbacks.weight_sync`).
     * ``bc`` (with ``setup.bc_tokens``): a behaviour-cloning step, before the RL stage exists: the
       update's terms for one whole BC batch share (:func:`bc_phase_bytes`), with no reference.
@@ -559,7 +572,8 @@ class MemoryPlan:
         """What the trainer holds at the update's peak, without engine or CUDA context: weights,
         reference, gradients, optimiser, compute copies, kept activations and the larger of logits
         and a block's backward (what ``bench/memory_plan.py`` measures on a CPU)."""
-        return self.phases["update"] - self.row("engine asleep / kept during the update").bytes - self.row("CUDA context").bytes
+        return (self.phases["update"] - self.row("engine asleep / kept during the update").bytes
+                - self.row("CUDA context").bytes - self.row("NCCL buffers").bytes)
 
 
 def count(n: int) -> str:
@@ -601,13 +615,16 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
         Row("engine asleep / kept during the update", asleep + hf_resident, _engine_kept_how(s, asleep, hf_resident)),
         Row("engine awake (generation)", awake + hf_resident + hf_generating, _engine_awake_how(s, awake, hf_resident)),
         Row("CUDA context", context_bytes(s), "1343 MiB per process (transformers docs)" if s.device == "gpu" else "CPU: none"),
+        Row("NCCL buffers", nccl_bytes(s),
+            "estimate: 4 MiB x 2 peers x 32 channels x 2 protocols, one communicator" if nccl_bytes(s) else
+            "none: one process" if s.device == "gpu" else "CPU: gloo"),
     ]
     by = {r.name: r.bytes for r in rows}
     resident = by["policy weights"] + by["reference (frozen)"] + by["gradients"] + by["AdamW moments"]
     update = (resident + by["compute copies"] + by["activations kept"]
               + max(by["logits (score + backward)"], by["block backward"])
-              + by["engine asleep / kept during the update"] + by["CUDA context"])
-    generation = resident - by["gradients"] + by["engine awake (generation)"] + by["CUDA context"]
+              + by["engine asleep / kept during the update"] + by["CUDA context"] + by["NCCL buffers"])
+    generation = resident - by["gradients"] + by["engine awake (generation)"] + by["CUDA context"] + by["NCCL buffers"]
     phases = {"update": update, "generation": generation}
     if s.bc_tokens:
         phases["bc"] = bc_phase_bytes(arch, s)
@@ -755,9 +772,9 @@ def format_plan(plan: MemoryPlan) -> str:
         lines.append(f"{r.name:<{width}}  {r.bytes / GIB:>8.{d}f}  {r.how}")
     lines.append("")
     lines.append(f"update phase      {plan.phases['update'] / GIB:8.{d}f} GiB  resident + compute copies + kept activations "
-                 "+ max(logits, block backward) + engine asleep + context")
+                 "+ max(logits, block backward) + engine asleep + context + NCCL")
     lines.append(f"generation phase  {plan.phases['generation'] / GIB:8.{d}f} GiB  weights, reference, AdamW (gradients "
-                 "freed after the update) + engine awake + context")
+                 "freed after the update) + engine awake + context + NCCL")
     if "bc" in plan.phases:
         lines.append(f"bc phase          {plan.phases['bc'] / GIB:8.{d}f} GiB  the update's terms for a BC micro-batch of "
                      f"{plan.setup.bc_tokens} tokens, no reference")
@@ -776,6 +793,7 @@ def verdict_line(plan: MemoryPlan, capacity_source: str = "") -> str:
 
 __all__ = [
     "CUDA_CONTEXT_BYTES",
+    "NCCL_BYTES",
     "FSDP_BLOCKS_IN_FLIGHT",
     "GIB",
     "KNOWN_ARCHITECTURES",

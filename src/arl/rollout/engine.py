@@ -129,6 +129,7 @@ class LazyEngine:
         """Build the engine now (no-op when built); returns it."""
         if self.engine is None:
             self.engine = self._factory()
+            self._factory = None  # it holds the module it was built from, which training may shard and replace
         return self.engine
 
     def generate(self, prompts, params, seeds=None):  # noqa: D102 - see RolloutEngine

@@ -470,8 +470,11 @@ class VLLMEngine:
         save_dtype = "bfloat16" if on_gpu and kwargs.get("dtype") in (None, "auto") else kwargs.get("dtype")
         # load_format dummy (the default): vLLM reads the config only and starts from random weights,
         # which the sync below replaces; no rank reads or writes a checkpoint for it
+        from arl.utils.fsdp import iter_rank0_tensors, weights_from_rank0
+
+        # a rank without weights (trainer.sharding.load: rank0) has none to write
         folder, tok_folder, fresh = model_folder(model, tokenizer, dtype=save_dtype,
-                                                 weights=kwargs.get("load_format") != "dummy")
+                                                 weights=kwargs.get("load_format") != "dummy" and not weights_from_rank0(model))
         cleanup = [p for p, own in ((folder, fresh), (tok_folder, tok_folder is not None)) if own and p is not None]
         # vLLM's CPU worker binds OpenMP threads and replaces torch.set_num_threads with a no-op for
         # the whole process; the trainer shares this process, so both are restored afterwards.
@@ -506,8 +509,6 @@ class VLLMEngine:
         # the folder may hold older weights than the module (after BC), a half-precision copy, or
         # a peft model's base without its adapters: the module's own weights go in now; where rank 0
         # alone holds them (trainer.sharding.load: rank0), broadcast one tensor at a time
-        from arl.utils.fsdp import iter_rank0_tensors, weights_from_rank0
-
         if weights_from_rank0(model):
             engine.load_weights(iter_rank0_tensors(model), lora_scalings(model) or None)
         else:

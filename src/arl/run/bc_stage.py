@@ -75,6 +75,7 @@ def _fit_bc_round(
         trainer.validate(module, datamodule=dm, verbose=False)
     if skeleton is not None:
         gathered = gather_on_rank0(module.policy, skeleton)
+        module.policy.zero_grad(set_to_none=True)  # the last step's sharded gradients go with the module
     elif is_sharded(c["trainer"]):
         gathered = full_state_dict(module.policy, root=trainer.strategy.model)
     else:
@@ -94,7 +95,8 @@ def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, o
     it reached, adds those turns and trains on all of the data again. The data are saved as
     ``<run>/bc_dataset.jsonl`` and the policy as ``<run>/bc_policy_hf`` (the RL start for
     ``model.init_from``). Returns the BC metrics and the model to continue with (a fresh copy when
-    the trainer sharded the old one).
+    the trainer sharded the old one; under rank-0 loading rank 0's gathered copy, and on the other
+    ranks its frame on the meta device).
     """
     stage = _BCStage(c, model, engine_model, tokenizer, loop, out_dir)
     stage.validate_untrained()

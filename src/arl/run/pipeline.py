@@ -88,6 +88,8 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
 
     if run.bc.enabled and not run.model.init_from and ckpt is None:
         bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
+        if weights_from_rank0(model):  # the engine holds no copy: drop the module BC sharded
+            engine_model = model
         end_stage()  # the BC stage's tracker runs close
         results.update(bc_results)
         if run.rl.enabled and is_peft_model(model):  # the BC adapters become the base: the RL reference (the
@@ -141,8 +143,9 @@ def _run_folder(
 
 def _load_parts(c: dict[str, Any]):
     """``(model, tokenizer, engine_model, engine, loop)``: the policy, and the rollout engine and
-    agent loop around it; under sharding the engine keeps its own unsharded copy of the policy
-    (synced by gathering after updates), otherwise ``engine_model`` is the policy itself."""
+    agent loop around it; under sharding with every rank loading the engine keeps its own unsharded
+    copy of the policy (synced by gathering after updates), otherwise ``engine_model`` is the policy
+    itself (rank-0 loading: vLLM receives its weights by broadcast and keeps no copy)."""
     from_rank0 = loads_on_rank0(c)
     model, tokenizer, source = load_model(c["model"], c["trainer"], from_rank0=from_rank0)
     model.train()

@@ -13,6 +13,7 @@ import pytest
 from arl.plan import PlanError, resolve_architecture
 from arl.plan.memory import (
     CUDA_CONTEXT_BYTES,
+    NCCL_BYTES,
     GIB,
     KNOWN_ARCHITECTURES,
     Architecture,
@@ -105,10 +106,13 @@ def test_the_same_model_sharded_in_bf16_with_checkpointing_and_vllm_by_hand():
     assert rows["engine asleep / kept during the update"] == 0
     assert rows["engine awake (generation)"] == 8 * GIB
     assert rows["CUDA context"] == CUDA_CONTEXT_BYTES == 1343 * 2**20
+    # two GPU processes: one NCCL communicator's buffers, 4 MiB x 2 peers x 32 channels x 2 protocols
+    assert rows["NCCL buffers"] == NCCL_BYTES == 512 * 2**20
+    assert {r.name: r.bytes for r in make_plan(HAND, replace(s, strategy="single", shards=1)).rows}["NCCL buffers"] == 0
     plan = make_plan(HAND, s)
     resident = 3 * 374528 + 749056
-    assert plan.phases["update"] == resident + 872256 + 1024 * 972 + 24576000 + CUDA_CONTEXT_BYTES
-    assert plan.phases["generation"] == resident - rows["gradients"] + 8 * GIB + CUDA_CONTEXT_BYTES
+    assert plan.phases["update"] == resident + 872256 + 1024 * 972 + 24576000 + CUDA_CONTEXT_BYTES + NCCL_BYTES
+    assert plan.phases["generation"] == resident - rows["gradients"] + 8 * GIB + CUDA_CONTEXT_BYTES + NCCL_BYTES
     assert plan.peak_phase == "generation" and plan.fits
 
 
