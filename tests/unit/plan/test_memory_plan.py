@@ -65,20 +65,24 @@ def test_a_two_layer_model_by_hand_on_one_cpu_process():
     assert logits_bytes(HAND, replace(s, logit_chunk_tokens=4096)) == 24576000
     # the transformers engine generates with the policy itself: a static cache of 4 rows x 128 tokens x
     # (2 x 2 layers x 32 x 4 B) = 262144, the prefill 400 tokens x (3 x 256 + 2 x 64) x 4 = 1433600 and
-    # its 400 x 100 x 4 = 160000 mask
+    # its 400 x 100 x 4 = 160000 mask, or later the raw logits of every step kept for the log-probs,
+    # 4 rows x 28 steps x 1000 vocab x 4 B = 448000 (not at once: the larger)
     assert rows["engine asleep / kept during the update"] == 0
-    assert rows["engine awake (generation)"] == 262144 + 1433600 + 160000
+    assert rows["engine awake (generation)"] == 262144 + max(1433600 + 160000, 448000)
+    logit_heavy = {r.name: r.bytes for r in make_plan(HAND, replace(s, hf_new_tokens=1000)).rows}
+    # 1000 answer tokens: the cache 4 x 1100 x 512 B = 2252800 and the logits 4 x 1000 x 1000 x 4 B = 16000000
+    assert logit_heavy["engine awake (generation)"] == 2252800 + 16000000
     assert rows["CUDA context"] == 0
     # update: 3 x 749056 + 1498112 + 17281024 + max(24576000, 2097152) = 45602304
     # generation: 3745280 (resident) - 749056 (gradients, freed after the update) + 1855744 = 4851968
     assert plan.phases == {"update": 45602304, "generation": 4851968}
     assert plan.peak_bytes == 45602304 and plan.peak_phase == "update" and plan.fits
     assert plan.trainer_bytes() == 45602304
-    # a BC stage whose batch share is 512 tokens: weights + gradients + AdamW 2996224, no reference,
-    # activations 512 x (2 x 7984 + 908) = 8640512, max(logits 6 x 512 x 1000 x 4 = 12288000,
-    # block backward 512 x 2 x 4 x 256 = 1048576) -> 23924736
-    assert bc_phase_bytes(HAND, replace(s, bc_tokens=512)) == 23924736
-    assert make_plan(HAND, replace(s, bc_tokens=512)).phases == {"update": 45602304, "generation": 4851968, "bc": 23924736}
+    # a BC stage whose passes are 512 tokens: weights + gradients + AdamW 2996224, no reference,
+    # activations 512 x (2 x 7984 + 908) = 8640512, max(logits, log-probs only: 4 x 512 x 1000 x 4 = 8192000,
+    # block backward 512 x 2 x 4 x 256 = 1048576) -> 19828736
+    assert bc_phase_bytes(HAND, replace(s, bc_tokens=512)) == 19828736
+    assert make_plan(HAND, replace(s, bc_tokens=512)).phases == {"update": 45602304, "generation": 4851968, "bc": 19828736}
 
 
 def test_the_same_model_sharded_in_bf16_with_checkpointing_and_vllm_by_hand():
