@@ -21,7 +21,7 @@ MODEL_KEYS = {path.rsplit(".", 1)[-1] for path, _ in schema.keys(ModelSettings)}
 # the run room reads every group; the loaders and the memory plan (a room below run, which reads the
 # rollout and rl groups untyped) read the model group
 READERS = [(p, RUN_KEYS) for p in sorted(RUN_ROOM.glob("*.py"))] + [
-    (p, MODEL_KEYS) for p in sorted((ROOT / "src" / "arl" / "models").glob("*.py")) + [ROOT / "src" / "arl" / "plan.py"]]
+    (p, MODEL_KEYS) for p in sorted((ROOT / "src" / "arl" / "models").glob("*.py")) + [ROOT / "src" / "arl" / "plan" / "__init__.py"]]
 
 
 def test_the_default_config_is_typed():
