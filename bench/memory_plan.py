@@ -205,6 +205,14 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
     warm = torch.nn.Linear(64, 64)  # thread pools and autograd's state belong to the baseline
     warm(torch.randn(8, 64)).sum().backward()
     del warm
+    # so do the libraries build_update imports (Lightning, the module, the plan: about 250 MB of code
+    # and objects, which had been read as the weights' when they were first imported after b0)
+    import lightning  # noqa: F401
+    import transformers  # noqa: F401
+
+    import arl.agent.samples  # noqa: F401
+    import arl.modules.rl_module  # noqa: F401
+    import arl.plan  # noqa: F401
     trim()
     b0 = rss()
     module, loader, trainer, by, plan = build_update(model, tokens, row, checkpointing, iters)
