@@ -78,11 +78,7 @@ class Deal:
         return [sum(ls) for ls in self.lengths]
 
     def loads_after(self) -> list[int]:
-        loads = [0] * self.world
-        for ls, ds in zip(self.lengths, self.dest):
-            for n, d in zip(ls, ds):
-                loads[d] += n
-        return loads
+        return part_loads([n for ls in self.lengths for n in ls], [d for ds in self.dest for d in ds], self.world)
 
 
 def deal_rows(lengths: Sequence[Sequence[int]]) -> Deal:

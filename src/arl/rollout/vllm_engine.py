@@ -510,7 +510,7 @@ class VLLMEngine:
         # a peft model's base without its adapters: the module's own weights go in now; where rank 0
         # alone holds them (trainer.sharding.load: rank0), broadcast one tensor at a time
         if weights_from_rank0(model):
-            engine.load_weights(iter_rank0_tensors(model), lora_scalings(model) or None)
+            engine.load_weights(iter_rank0_tensors(model))  # LoRA merged with the engine's scalings, as sync does
         else:
             engine.sync(model)
         return engine

@@ -35,7 +35,7 @@ def rank_and_world(trainer=None) -> tuple[int, int]:
     return int(trainer.global_rank), int(trainer.world_size)
 
 
-def _device() -> torch.device:
+def collective_device() -> torch.device:
     """Where collective tensors live: the backend decides (nccl needs CUDA tensors)."""
     if is_distributed() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -47,7 +47,7 @@ def all_reduce_(values: torch.Tensor, op: str = "sum") -> torch.Tensor:
     if not is_distributed():
         return values
     ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-    out = values.detach().to(_device(), dtype=torch.float64 if values.is_floating_point() else values.dtype).clone()
+    out = values.detach().to(collective_device(), dtype=torch.float64 if values.is_floating_point() else values.dtype).clone()
     dist.all_reduce(out, op=ops[op])
     return out.to(values.device, values.dtype)
 

@@ -23,6 +23,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import torch
 from torch import nn
 
+from arl.utils import distributed as dist_utils
+
 SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy")
 
 
@@ -166,7 +168,7 @@ def fully_shard_model(model: nn.Module, sharding: Mapping[str, Any], mesh) -> nn
     if dtype:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}.get(dtype, dtype)), reduce_dtype=torch.float32)
     from_rank0 = weights_from_rank0(model)
-    full = dict(model.state_dict()) if from_rank0 and _global_rank() == 0 else {}  # kept alive until sent
+    full = dict(model.state_dict()) if from_rank0 and dist_utils.rank() == 0 else {}  # kept alive until sent
     for m in list(model.modules()):
         if isinstance(m, classes):
             fully_shard(m, **kwargs)
@@ -195,18 +197,6 @@ def weights_from_rank0(model: nn.Module) -> bool:
     return bool(getattr(model, _FROM_RANK0, False))
 
 
-def _global_rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _collective_device() -> torch.device:
-    import torch.distributed as dist
-
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
 def _load_shards_from_rank0(model: nn.Module, full: Mapping[str, torch.Tensor], mesh) -> None:
     """Fill the FSDP2 shards of ``model`` from rank 0's full state dict ``full`` (empty on the
     other ranks, whose parameters are on the meta device): storage is made on the mesh's device
@@ -217,7 +207,7 @@ def _load_shards_from_rank0(model: nn.Module, full: Mapping[str, torch.Tensor], 
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     device = torch.device("cuda", torch.cuda.current_device()) if mesh.device_type == "cuda" else torch.device(mesh.device_type)
-    if _global_rank() == 0:
+    if dist_utils.rank() == 0:
         model.to(device)
     else:
         model.to_empty(device=device)
@@ -247,7 +237,7 @@ def gather_on_rank0(policy: nn.Module, skeleton: nn.Module) -> nn.Module | None:
     (:func:`iter_full_tensors`, one at a time), and the buffers from ``policy``; the other ranks
     only take part in the gathers. Replaces the full state dict on every rank, which held the
     whole policy in every process at once."""
-    rank0 = _global_rank() == 0
+    rank0 = dist_utils.rank() == 0
     target = skeleton.to_empty(device="cpu") if rank0 else None
     if rank0 and callable(getattr(target, "tie_weights", None)):
         target.tie_weights()  # to_empty gives each module its own tensor: tied weights are one again
@@ -270,7 +260,7 @@ def iter_rank0_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     Tied names as :func:`iter_full_tensors`."""
     import torch.distributed as dist
 
-    device, rank0 = _collective_device(), _global_rank() == 0
+    device, rank0 = dist_utils.collective_device(), dist_utils.rank() == 0
     aliases, later = _tied_aliases(model)
     for name, value in model.state_dict().items():
         if name in later:
