@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Iterator, Sequence
 
 import torch
@@ -26,6 +27,9 @@ class SFTDataModule(LightningDataModule):
         val_token_budget: padded tokens (rows x longest row) of one held-out batch, at most
             ``batch_size`` rows (:func:`val_batches`).
         sample_mode: ``turn`` or ``trajectory``, as the episodes were recorded.
+        repeat_pattern, repeat_times: training turns whose answer (``response_text``) the regular
+            expression ``repeat_pattern`` finds are trained ``repeat_times`` times an epoch
+            (:func:`repeated_turns`; turn samples only); held-out samples are not repeated.
     """
 
     def __init__(
@@ -38,12 +42,24 @@ class SFTDataModule(LightningDataModule):
         keep_failed: bool = False,
         sample_mode: str = "turn",
         val_token_budget: int = 16384,
+        repeat_pattern: str | None = None,
+        repeat_times: int = 1,
     ):
         super().__init__()
+        repeat = repeat_pattern is not None and repeat_times > 1
+        if repeat and sample_mode != "turn":
+            raise ValueError("bc.repeat_turns repeats turn samples; with rollout.sample_mode=trajectory an "
+                             "episode is one sample: set bc.repeat_turns.pattern=null")
         eps = [e for e in episodes if e.won or keep_failed]
         n_val = int(round(len(eps) * val_fraction))
         self.val_samples: list[TokenSample] = build_samples(eps[:n_val], sample_mode)[0]
-        self.train_samples: list[TokenSample] = build_samples(eps[n_val:], sample_mode)[0]
+        train = build_samples(eps[n_val:], sample_mode)[0]
+        self.repeated = 0  # training turns the pattern found
+        if repeat:
+            extra = repeated_turns(train, eps[n_val:], repeat_pattern)
+            self.repeated = len(extra)
+            train = train + extra * (repeat_times - 1)
+        self.train_samples: list[TokenSample] = train
         if not self.train_samples:
             raise ValueError("behaviour cloning has no training samples: the expert won no episode")
         self.pad_id = pad_id
@@ -88,6 +104,17 @@ class SFTDataModule(LightningDataModule):
     @property
     def steps_per_epoch(self) -> int:
         return -(-len(self.train_samples) // self.batch_size)
+
+
+def repeated_turns(samples: Sequence[TokenSample], episodes: Sequence[Episode], pattern: str) -> list[TokenSample]:
+    """The turn samples of ``episodes`` (as :func:`arl.agent.samples.build_samples` made them, in
+    turn mode: one per turn of each episode without an environment error) whose answer text the
+    regular expression ``pattern`` finds."""
+    answers = [t.response_text for e in episodes if not e.env_error for t in e.turns]
+    if len(answers) != len(samples):
+        raise ValueError(f"{len(samples)} samples for {len(answers)} turns: not the turn samples of these episodes")
+    regex = re.compile(pattern)
+    return [s for s, text in zip(samples, answers) if regex.search(text)]
 
 
 def val_batches(lengths: Sequence[int], rank: int, world: int, max_rows: int, token_budget: int) -> list[list[tuple[int, float]]]:

@@ -55,8 +55,12 @@ def _fit_bc_round(
     bc = run.bc
     dm = SFTDataModule(
         episodes, pad_id, bc.batch_size, bc.val_fraction, c["seed"], keep_failed=True, sample_mode=sample_mode,
-        val_token_budget=bc.val_token_budget,
+        val_token_budget=bc.val_token_budget, repeat_pattern=bc.repeat_turns.pattern,
+        repeat_times=bc.repeat_turns.times,
     )
+    if dm.repeated:
+        console.print(f"behaviour cloning: {dm.repeated} turns match bc.repeat_turns.pattern, each trained "
+                      f"{bc.repeat_turns.times} times an epoch ({len(dm.train_samples)} samples)")
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
         sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run.model.logit_chunk_tokens,

@@ -143,6 +143,29 @@ class DaggerSettings:
     epochs: int = required(COUNT)
 
 
+def _regex_problem(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        return "must be a regular expression (a non-empty string) or null"
+    try:
+        re.compile(value)
+    except re.error as err:
+        return f"is not a valid regular expression ({err})"
+    return None
+
+
+REGEX = Check("regular expression or `null`", _regex_problem)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepeatTurnsSettings:
+    """``bc.repeat_turns``: turns trained on more than once an epoch."""
+
+    pattern: str | None = required(REGEX)
+    times: int = required(COUNT)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BCSettings:
     """``bc``: behaviour cloning before RL (configs/train.yaml)."""
@@ -160,6 +183,7 @@ class BCSettings:
     val_untrained: bool = required(BOOLEAN)
     bootstrap: BootstrapSettings = section(BootstrapSettings)
     dagger: DaggerSettings = section(DaggerSettings)
+    repeat_turns: RepeatTurnsSettings = section(RepeatTurnsSettings)
     optimizer: dict = required(INSTANTIABLE)
 
 
