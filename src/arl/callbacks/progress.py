@@ -1,4 +1,5 @@
-"""One console line per RL iteration and per BC epoch: long work shows progress."""
+"""One console line per RL iteration, and per twentieth of a BC fit and per BC epoch: long work
+shows progress."""
 
 from __future__ import annotations
 
@@ -22,8 +23,12 @@ _FIELDS = (
 )
 
 
+BC_LINES = 20  # progress lines over a BC fit
+
+
 class IterationLog(Callback):
-    """Prints a line per RL iteration and the validation result when it comes."""
+    """Prints a line per RL iteration and the validation result when it comes; in a BC fit (a
+    module without ``last_metrics``), a line every twentieth of its optimiser steps."""
 
     def __init__(self, every: int = 1):
         self.every = max(1, every)
@@ -31,7 +36,10 @@ class IterationLog(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         metrics = getattr(pl_module, "last_metrics", None)
-        if metrics is None or not trainer.is_global_zero:
+        if not trainer.is_global_zero:
+            return
+        if metrics is None:
+            self._bc_step(trainer)
             return
         it = getattr(pl_module, "iteration", batch_idx + 1)
         if it % self.every:
@@ -41,6 +49,18 @@ class IterationLog(Callback):
         for key, short, fmt in _FIELDS:
             if key in metrics:
                 parts.append(f"{short} {fmt.format(metrics[key])}")
+        console.print(" | ".join(parts))
+
+    def _bc_step(self, trainer) -> None:
+        step, total = trainer.global_step, trainer.estimated_stepping_batches
+        if not isinstance(total, int) or total <= 0 or step % max(1, total // BC_LINES) or step >= total:
+            return
+        loss = trainer.callback_metrics.get("bc/loss")
+        elapsed = time.perf_counter() - self._t0
+        parts = [f"bc step {step}/{total}"]
+        if loss is not None:
+            parts.append(f"loss {float(loss):.4f}")
+        parts.append(f"{elapsed:.0f}s, about {elapsed * (total - step) / step:.0f}s left")
         console.print(" | ".join(parts))
 
     def on_validation_end(self, trainer, pl_module):

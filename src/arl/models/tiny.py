@@ -57,7 +57,6 @@ class TinyConfig:
     init_seed: int = 0
     corpus_envs: list[str] = field(default_factory=lambda: ["sokoban"])
     corpus_seeds: int = 400
-    pair_alphabet: str = ""  # every two-character string over it is one token (WebShop's product ids)
 
 
 def default_cache_dir() -> Path:
@@ -66,28 +65,14 @@ def default_cache_dir() -> Path:
 
 
 def _cache_key(cfg: TinyConfig, corpus_digest: str) -> str:
-    fields = asdict(cfg)
-    if not fields["pair_alphabet"]:  # the folders built before the key existed keep their names
-        del fields["pair_alphabet"]
-    blob = json.dumps({"cfg": fields, "corpus": corpus_digest, "tok": TOKENIZER_VERSION}, sort_keys=True)
+    blob = json.dumps({"cfg": asdict(cfg), "corpus": corpus_digest, "tok": TOKENIZER_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def pair_tokens(alphabet: str) -> list[str]:
-    """Every two-character string over ``alphabet`` (its characters deduplicated, order kept)."""
-    chars = list(dict.fromkeys(alphabet))
-    return [a + b for a in chars for b in chars]
-
-
-def train_tokenizer(corpus: Iterable[str], vocab_size: int, pair_alphabet: str = ""):
+def train_tokenizer(corpus: Iterable[str], vocab_size: int):
     """Train a byte-level BPE on ``corpus``; returns a ``PreTrainedTokenizerFast`` with ChatML.
 
     Deterministic for a given corpus (BPE merges are chosen by count with stable tie-breaking).
-    ``pair_alphabet``: each two-character string over it becomes one added token, matched before
-    the BPE, left to right. A WebShop product id (``B0`` and 8 characters of ``A-Z0-9``) is then
-    five even pieces, each rare on a page, instead of ten single characters that repeat across
-    the page's ids (``docs/results.md``, "WebShop on the embedded default": the copying probe).
-    Digit runs elsewhere pair up too (``149`` is ``14`` ``9``).
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -117,8 +102,6 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int, pair_alphabet: str =
         additional_special_tokens=[],
     )
     fast.add_tokens(FORMAT_TOKENS)  # plain added tokens: kept by decode(skip_special_tokens=True)
-    if pair_alphabet:
-        fast.add_tokens(pair_tokens(pair_alphabet))
     fast.chat_template = CHAT_TEMPLATE
     fast.padding_side = "left"
     return fast
@@ -174,7 +157,7 @@ def ensure_tiny(cfg: TinyConfig | None = None, cache_dir: str | Path | None = No
 
     def build() -> Path:
         log.info("building the embedded tiny model in %s", out)
-        tokenizer = train_tokenizer(corpus, cfg.vocab_size, cfg.pair_alphabet)
+        tokenizer = train_tokenizer(corpus, cfg.vocab_size)
         model = build_model(cfg, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
         return save_folder_atomically(out, model, tokenizer, "arl_tiny.json", asdict(cfg), prefix=".building-")
 

@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from arl.models.tiny import FORMAT_TOKENS, TinyConfig, _cache_key, pair_tokens, train_tokenizer
+from arl.models.tiny import FORMAT_TOKENS, TinyConfig
 from arl.run.builders import tiny_model
 
 
@@ -53,28 +53,3 @@ def test_cache_reused_and_build_deterministic(tmp_path, tiny_path):
     assert ta.get_vocab() == tb.get_vocab()
     other = tiny_model(TinyConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, head_dim=16, corpus_seeds=20, init_seed=1), tmp_path / "a")
     assert other != a
-
-
-def test_cache_key_of_a_config_without_pair_tokens_is_unchanged():
-    # the key a default config had before pair_alphabet existed: cached and committed folders keep their names
-    assert _cache_key(TinyConfig(), "0" * 64) == "1db2ee1f1d15ac5f"
-    assert _cache_key(TinyConfig(pair_alphabet="AB"), "0" * 64) != "1db2ee1f1d15ac5f"
-
-
-def test_pair_alphabet_cuts_a_product_id_into_five_even_pieces():
-    corpus = ["Results page 1/10 (50 found):\nB0YBJOOU5Z: Belora Bookshelf | $149.95", "<think>open it</think>"]
-    plain = train_tokenizer(corpus, 300)
-    paired = train_tokenizer(corpus, 300, pair_alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-    pairs = pair_tokens("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
-    assert len(pairs) == 36 * 36 and "BJ" in plain.get_vocab()  # a pair the BPE had merged keeps its id
-    assert len(paired) == len(plain) + sum(p not in plain.get_vocab() for p in pairs)
-    assert pair_tokens("AB") == ["AA", "AB", "BA", "BB"] and pair_tokens("ABA") == pair_tokens("AB")
-    for text in ("click[B0QXZ81TN4]", "B0BJOOU5Z1", "\nB0JNSQME0D: Ulara", "<think>B0118HAWZR matches</think>"):
-        ids = paired(text, add_special_tokens=False)["input_ids"]
-        pieces = [paired.decode([i]) for i in ids]
-        assert paired.decode(ids) == text  # the round trip holds
-        start = pieces.index("B0")
-        assert all(len(p) == 2 for p in pieces[start:start + 5])
-        assert "".join(pieces[start:start + 5]) in text and len("".join(pieces[start:start + 5])) == 10
-    # lower-case text is left to the BPE
-    assert paired("belora bookshelf")["input_ids"] == plain("belora bookshelf")["input_ids"]
