@@ -18,7 +18,8 @@ attention near 1 at some layer is a formed copy head; near 1/(page tokens) is no
 Also printed once: how the ids tokenise (pieces per id, share of one-character pieces).
 
 Run: ``PYTHONPATH=src python bench/webshop_copy_probe.py [--target first|expert] [--steps 1500]
-[--layers 4 --hidden 128 --heads 4] [--train-turns 4000]``.
+[--layers 4 --hidden 128 --heads 4] [--train-turns 4000] [--id-pairs]``; ``--policy <bc_policy_hf>``
+measures a trained policy (a BC run's) on the same held-out pages instead of training one.
 """
 
 from __future__ import annotations
@@ -205,11 +206,24 @@ def main() -> None:
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--id-pairs", action="store_true", help="add every two-character id piece as one token")
+    ap.add_argument("--policy", default=None,
+                    help="measure this trained policy (an HF folder, e.g. a BC run's bc_policy_hf) and train nothing")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
+    if args.policy is not None:
+        from transformers import AutoModelForCausalLM
+
+        tokenizer = AutoTokenizer.from_pretrained(args.policy)
+        held = results_turns(range(VAL_SEED_BASE, VAL_SEED_BASE + args.eval_turns * 2), tokenizer, args.target)
+        model = AutoModelForCausalLM.from_pretrained(args.policy, attn_implementation="eager")
+        metrics = evaluate(model, tokenizer, held[: args.eval_turns])
+        print(f"{args.policy} on {len(held[: args.eval_turns])} held-out results pages, target={args.target}")
+        print("| " + " | ".join(metrics) + " |\n|" + "---:|" * len(metrics))
+        print("| " + " | ".join(f"{v:.3f}" for v in metrics.values()) + " |")
+        return
     if args.tokenizer is None:
         from arl.run.builders import tiny_model
 

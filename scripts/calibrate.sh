@@ -12,14 +12,14 @@
 # through. Each env study's own scope applies (scripts/<env>_*study.sh): its BC start, task types, templates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${ENV:?ENV=sokoban|math_tool|alfworld}" "${SEEDS:=1,2}" "${METHODS:=sampo}"
+: "${ENV:?ENV=sokoban|math_tool|alfworld|webshop}" "${SEEDS:=1,2}" "${METHODS:=sampo}"
 : "${GRID:=rl.optimizer.lr=1e-4,3e-5,1e-5 algo.advantage.invalid_penalty=-0.1,0}"
 case "$ENV" in
   sokoban) study=scripts/sokoban_rl_study.sh ;;
   math_tool) study=scripts/math_study.sh ;;
   alfworld) study=scripts/alfworld_cpu_study.sh ;;
-  *) echo "ENV=$ENV: no study to calibrate from (sokoban, math_tool, alfworld; WebShop has no BC start the tiny" \
-          "model can clone: docs/results.md)" >&2; exit 2 ;;
+  webshop) study=scripts/webshop_rl_study.sh ;;
+  *) echo "ENV=$ENV: no study to calibrate from (sokoban, math_tool, alfworld, webshop)" >&2; exit 2 ;;
 esac
 subdir='${algo.name}'
 for override in $GRID; do  # each grid key names the run folders: <algo>_<last key part><value>..._seed<k>

@@ -30,6 +30,7 @@ smoke run made once for the module; ``logs/`` of that run lives in a temporary `
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -125,6 +126,8 @@ SKIPPED = (
     ("bash scripts/alfworld_confirmation_study.sh", "alfworld_cpu_study.sh with its seeds and start (run shortened by its test)"),
     ("bash scripts/alfworld_strong_study.sh", "run shortened by test_alfworld_strong_study_stages_run_shortened"),
     ("bash scripts/sokoban_rl_study.sh", "run shortened by test_calibration_and_sokoban_study_run_shortened"),
+    ("bash scripts/webshop_rl_study.sh", "run shortened by test_webshop_rl_study_runs_shortened"),
+    ("START_ONLY=", "a study script's start alone (the scripts run shortened by their tests)"),
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
@@ -636,8 +639,33 @@ def test_calibration_and_sokoban_study_run_shortened(tmp_path):
     assert "| `rl.optimizer.lr=1e-05,algo.advantage.invalid_penalty=0` | 1 |" in table
     assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "calibrate.sh")], cwd=ROOT, capture_output=True, text=True,
-                         env={**env, "ENV": "webshop"}, timeout=60)
+                         env={**env, "ENV": "frozenlake"}, timeout=60)
     assert bad.returncode == 2 and "no study to calibrate from" in bad.stderr
+
+
+@pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
+def test_webshop_rl_study_runs_shortened(tmp_path):
+    """``scripts/webshop_rl_study.sh`` shortened: the start with debug=cpu_small's WebShop recipe (the product
+    clicks repeated), copied to a temporary START, SAMPO and GRPO from it on one seed, the report and archive
+    with the WebShop score beside success."""
+    import yaml
+
+    out, archive, start = tmp_path / "ws", tmp_path / "archive", tmp_path / "committed" / "bc_policy_hf"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "START": str(start),
+           "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "2",
+           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 env.max_turns=4"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "webshop_rl_study.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "each trained 6 times an epoch" in (out / "bc.out").read_text()  # the budget's recipe
+    assert (start / "model.safetensors").exists()
+    assert sorted(p.name for p in (archive / "runs").iterdir()) == ["grpo_seed1", "sampo_seed1"]
+    for run in ("grpo_seed1", "sampo_seed1"):
+        record = json.loads((archive / "runs" / run / "rl_results.json").read_text())
+        assert "val/score" in record["val_after_rl"] and "val/success_rate" in record["val_after_rl"]
+        cfg = yaml.safe_load((archive / "runs" / run / ".hydra" / "config.yaml").read_text())
+        assert cfg["env"]["name"] == "webshop" and cfg["model"]["init_from"] == str((out / "bc" / "bc_policy_hf").resolve())
+    assert (archive / "report.md").exists()
 
 
 @pytest.mark.slow  # test_alfworld_study_runs_shortened runs the same rl_study on the real engine in the default suite
