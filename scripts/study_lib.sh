@@ -67,11 +67,15 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   fi
   [ "${START_ONLY:-0}" = 1 ] && { echo "study: START_ONLY=1: the start only"; return 0; }
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
+  # the methods before the seeds: Hydra varies the last key fastest, so the jobs that run together are one method
+  # on several seeds, and the start validation one of them plays is read back by the other methods' runs of its
+  # seed (rl.start_validation_cache, docs/experiments.md)
   # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets
   # shellcheck disable=SC2086
   "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment="$RL_EXPERIMENT" $SETUP \
-    ckpt_path=resume "model.init_from='$BC'" "seed=$SEEDS" "algo=$METHODS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
+    ckpt_path=resume "model.init_from='$BC'" "algo=$METHODS" "seed=$SEEDS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
     rollout.val_episodes="$VAL_EPISODES" threads="$RL_THREADS" "hydra.sweep.dir='$OUT/rl'" \
+    "rl.start_validation_cache='$OUT/start_validation'" \
     "hydra.sweep.subdir=$SUBDIR" ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
     { echo "the RL multirun failed: see $OUT/rl.out (the same command resumes it)" >&2; exit 1; }
   if [ "${REPORT:-contrasts}" = calibration ]; then  # a grid (scripts/calibrate.sh): one row per setting

@@ -9,6 +9,7 @@
                                                    # (and every number of a checked page's prose that is not generated or marked recorded)
     python src/report.py calibration <folder>      # a calibration grid's table (scripts/calibrate.sh), best setting named
     python src/report.py errors <run> [<run> ...]  # what follows the first invalid action (episodes with turns)
+    python src/report.py shopping <run> [<run> ...]  # where WebShop episodes break: query, click, purchase
 
 Prints the table; see ``arl.analysis.report`` for what each column means and ``arl.analysis.findings``
 for the findings (spec: docs/results/findings.yaml). A multirun folder named ``findings`` is ``./findings``.
@@ -105,10 +106,33 @@ def errors_main(argv: list[str]) -> int:
     return 0
 
 
+def shopping_main(argv: list[str]) -> int:
+    from arl.analysis.shopping import shopping_table, summarise
+
+    ap = argparse.ArgumentParser(prog="report.py shopping",
+                                 description="where WebShop episodes break: the query, the click, the purchase (turns kept)")
+    ap.add_argument("inputs", type=Path, nargs="+",
+                    help="an episodes file, an eval run (val_episodes.jsonl) or a training run (its last validation)")
+    ap.add_argument("--name", action="append", default=None, help="a column's name, one per input (default: the path)")
+    args = ap.parse_args(argv)
+    names = args.name or [str(p) for p in args.inputs]
+    if len(names) != len(args.inputs):
+        print("report shopping: give one --name per input", file=sys.stderr)
+        return 2
+    try:
+        print(shopping_table({name: summarise(p) for name, p in zip(names, args.inputs)}))
+    except (FileNotFoundError, ValueError) as err:
+        print(f"report shopping: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["errors"]:
         return errors_main(argv[1:])
+    if argv[:1] == ["shopping"]:
+        return shopping_main(argv[1:])
     if argv[:1] == ["findings"]:
         return findings_main(argv[1:])
     if argv[:1] == ["calibration"]:

@@ -209,7 +209,8 @@ def test_bc_experiments_stop_after_behaviour_cloning():
     cfg = compose(["experiment=bc_webshop"])
     assert cfg.bc.enabled and cfg.bc.bootstrap.enabled and cfg.bc.val_untrained and not cfg.rl.enabled
     small = compose(["experiment=bc_webshop", "debug=cpu_small"])  # its CPU budget drops the bootstrap round
-    assert small.bc.enabled and not small.bc.bootstrap.enabled and small.bc.repeat_turns.times == 6
+    assert small.bc.enabled and not small.bc.bootstrap.enabled and small.bc.repeat_turns.times == 3
+    assert small.env.kwargs.goals_per_product == 10 and "search" in small.bc.repeat_turns.pattern
     bad = compose(["experiment=bc_webshop", "bc.enabled=false"])
     with pytest.raises(ConfigError, match="nothing to do"):
         validate_config(bad)

@@ -94,6 +94,37 @@ class RolloutStats:
         self.env_overlapped = self.env_overlapped or other.env_overlapped
 
 
+Answer = tuple[Generation, str, ParsedAction]  # an engine's answer, its decoded text, and the strict parse of it
+
+
+@dataclass
+class Slot:
+    """One episode in play: its record, what the env last showed (observation and info) and the
+    history its prompts render."""
+
+    episode: Episode
+    observation: str
+    info: dict[str, Any]
+    history: list[HistoryItem] = field(default_factory=list)
+
+
+@dataclass
+class Rollout:
+    """One :meth:`AgentLoop.run`: its slots (indexed by slot number, ordered by group, then member),
+    how it samples, and its running counts."""
+
+    slots: list[Slot]
+    group_size: int
+    params: SamplingParams
+    teacher: str | None
+    stats: RolloutStats
+    t0: float  # perf_counter at its start
+
+    @property
+    def episodes(self) -> list[Episode]:
+        return [s.episode for s in self.slots]
+
+
 class AgentLoop:
     """Multi-turn rollouts of one environment type."""
 
@@ -164,98 +195,94 @@ class AgentLoop:
         stored as ``Turn.expert_text`` (None where it failed). DAgger labels with it.
         """
         rebalance()  # other ARL processes may have started or ended since the last rollout
-        t0 = time.perf_counter()
-        stats = RolloutStats()
-        episodes, obs, infos, active = self._start_episodes(tasks, group_size, first_episode_id)
-        histories: list[list[HistoryItem]] = [[] for _ in episodes]
-        state = (episodes, obs, infos, histories)
+        r = Rollout([], group_size, params, teacher, RolloutStats(), time.perf_counter())
+        active = self._start_episodes(r, tasks, first_episode_id)
         try:
             if self.schedule == "episode":
-                self._run_episodes(active, state, group_size, params, teacher, stats, t0)
+                self._run_episodes(r, active)
             else:
-                self._run_lockstep(active, state, group_size, params, teacher, stats, t0)
+                self._run_lockstep(r, active)
         finally:
             self.pool.close_slots()
-        stats.seconds = time.perf_counter() - t0
-        self.last_stats = stats
-        return episodes
+        r.stats.seconds = time.perf_counter() - r.t0
+        self.last_stats = r.stats
+        return r.episodes
 
-    def _run_lockstep(self, active, state, group_size, params, teacher, stats, t0) -> None:
+    def _run_lockstep(self, r: Rollout, active: list[int]) -> None:
         """Every active episode's turn in one engine call, turn after turn."""
-        episodes, obs, infos, histories = state
-        shown = t0
-        for _turn in range(self.max_turns):
+        shown = r.t0
+        for turn in range(self.max_turns):
             if not active:
                 break
-            prompts, active = self._next_prompts(active, episodes, obs, histories, infos)
+            prompts, active = self._next_prompts(r, active)
             if not active:
                 break
             tg = time.perf_counter()
-            seeds = [request_seed(episodes[slot].seed, slot % group_size, _turn) for slot in active]
-            gens = self.engine.generate(prompts, params, seeds=seeds)
-            stats.generate_seconds += time.perf_counter() - tg
-            stats.engine_calls += 1
+            seeds = [request_seed(r.slots[slot].episode.seed, slot % r.group_size, turn) for slot in active]
+            gens = self.engine.generate(prompts, r.params, seeds=seeds)
+            r.stats.generate_seconds += time.perf_counter() - tg
+            r.stats.engine_calls += 1
             width = max(1, int(getattr(self.engine, "max_batch_size", len(gens)) or len(gens)))
-            stats.decode_steps += sum(max(len(g.token_ids) for g in gens[i : i + width]) for i in range(0, len(gens), width))
-            parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in zip(active, gens)}
-            active = self._step_envs(active, prompts, parsed_by_slot, teacher, state, stats)
+            r.stats.decode_steps += sum(max(len(g.token_ids) for g in gens[i : i + width]) for i in range(0, len(gens), width))
+            answers = {slot: self._parse(r.slots[slot], gen) for slot, gen in zip(active, gens)}
+            active = self._step_envs(r, active, prompts, answers)
             if self.progress_every is not None and active and time.perf_counter() - shown >= self.progress_every:
                 shown = time.perf_counter()
                 log.info(
                     "rollout: turn %d/%d | %d of %d episodes still playing, %d won | %.0fs",
-                    _turn + 1, self.max_turns, len(active), len(episodes), sum(ep.won for ep in episodes), shown - t0,
+                    turn + 1, self.max_turns, len(active), len(r.slots), sum(ep.won for ep in r.episodes), shown - r.t0,
                 )
 
-    def _run_episodes(self, active, state, group_size, params, teacher, stats, t0) -> None:
+    def _run_episodes(self, r: Rollout, active: list[int]) -> None:
         """Each episode on its own over the streaming engine: a finished answer is parsed, its
         environment steps and its next request is queued while the other requests decode."""
-        episodes, obs, infos, histories = state
         prompts: dict[int, list[int]] = {}
 
         def launch(slots: list[int]) -> None:
-            slots = [s for s in slots if len(episodes[s].turns) < self.max_turns]
-            ids, slots = self._next_prompts(slots, episodes, obs, histories, infos)
+            slots = [s for s in slots if len(r.slots[s].episode.turns) < self.max_turns]
+            ids, slots = self._next_prompts(r, slots)
             for slot, prompt in zip(slots, ids):
                 prompts[slot] = prompt
-                seed = request_seed(episodes[slot].seed, slot % group_size, len(episodes[slot].turns))
-                self.engine.submit(slot, prompt, params, seed)
+                episode = r.slots[slot].episode
+                seed = request_seed(episode.seed, slot % r.group_size, len(episode.turns))
+                self.engine.submit(slot, prompt, r.params, seed)
 
         try:
             launch(active)
-            self._stream_turns(prompts, launch, state, teacher, stats, t0)
+            self._stream_turns(r, prompts, launch)
         finally:
             if self.engine.in_flight:  # an error left requests behind: they must not reach the next rollout
                 self.engine.abort()
 
-    def _stream_turns(self, prompts, launch, state, teacher, stats, t0) -> None:
+    def _stream_turns(self, r: Rollout, prompts: dict[int, list[int]], launch) -> None:
         """Poll the engine until no request is in flight and no env is stepping; every finished
         answer steps its env and launches the episode's next turn.
 
         With env workers (and no teacher) the steps run in the workers while the engine goes on
         decoding (:meth:`EnvPool.step_begin`); ``stats.env_seconds`` then counts only the time the
         loop waited for them with nothing to decode."""
-        episodes, _, infos, _ = state
-        overlap = self.pool.n_workers > 0 and not teacher
+        stats = r.stats
+        overlap = self.pool.n_workers > 0 and not r.teacher
         stats.env_overlapped = overlap
-        stepping: dict[int, tuple[list[int], tuple[Generation, str, ParsedAction]]] = {}  # slot -> (prompt, answer)
-        shown = t0
+        stepping: dict[int, tuple[list[int], Answer]] = {}  # slot -> (prompt, answer)
+        shown = r.t0
         while self.engine.in_flight or stepping:
             if self.engine.in_flight:
                 tg = time.perf_counter()
-                answers = self.engine.poll()
+                finished = self.engine.poll()
                 stats.generate_seconds += time.perf_counter() - tg
                 stats.engine_calls += 1
                 stats.decode_steps += 1
-                answers.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
-                slots = [slot for slot, _ in answers]
-                parsed_by_slot = {slot: self._parse(slot, gen, infos) for slot, gen in answers}
-                if overlap and answers:
+                finished.sort(key=lambda pair: pair[0])  # env steps in slot order, whatever the finish order
+                slots = [slot for slot, _ in finished]
+                answers = {slot: self._parse(r.slots[slot], gen) for slot, gen in finished}
+                if overlap and finished:
                     te = time.perf_counter()
-                    self.pool.step_begin({slot: self._action(parsed) for slot, (_, _, parsed) in parsed_by_slot.items()})
+                    self.pool.step_begin({slot: self._action(parsed) for slot, (_, _, parsed) in answers.items()})
                     stats.env_seconds += time.perf_counter() - te
-                    stepping.update({slot: (prompts.pop(slot), parsed_by_slot[slot]) for slot in slots})
-                elif answers:
-                    launch(self._step_envs(slots, [prompts.pop(s) for s in slots], parsed_by_slot, teacher, state, stats))
+                    stepping.update({slot: (prompts.pop(slot), answers[slot]) for slot in slots})
+                elif finished:
+                    launch(self._step_envs(r, slots, [prompts.pop(s) for s in slots], answers))
             if stepping:
                 te = time.perf_counter()
                 results = self.pool.step_ready(timeout=0.0 if self.engine.in_flight else 1.0)
@@ -263,104 +290,89 @@ class AgentLoop:
                 if results:
                     slots = sorted(results)
                     done = {slot: stepping.pop(slot) for slot in slots}
-                    parsed_by_slot = {slot: answer for slot, (_, answer) in done.items()}
+                    answers = {slot: answer for slot, (_, answer) in done.items()}
                     stats.env_steps += len(slots)
-                    self._count_tokens(parsed_by_slot, stats)
-                    launch(self._record_turns(slots, [done[s][0] for s in slots], parsed_by_slot, results, {}, *state))
+                    self._count_tokens(answers, stats)
+                    launch(self._record_turns(r, slots, [done[s][0] for s in slots], answers, results, {}))
             if self.progress_every is not None and time.perf_counter() - shown >= self.progress_every:
                 shown = time.perf_counter()
                 log.info(
                     "rollout: %d of %d episodes finished, %d won | %d turns, %d tokens, %.1f turns/s | %.0fs",
-                    len(episodes) - len(prompts) - len(stepping), len(episodes), sum(ep.won for ep in episodes),
-                    stats.env_steps, stats.generated_tokens, stats.env_steps / (shown - t0), shown - t0,
+                    len(r.slots) - len(prompts) - len(stepping), len(r.slots), sum(ep.won for ep in r.episodes),
+                    stats.env_steps, stats.generated_tokens, stats.env_steps / (shown - r.t0), shown - r.t0,
                 )
 
     @staticmethod
-    def _count_tokens(parsed_by_slot: dict[int, tuple[Generation, str, ParsedAction]], stats: RolloutStats) -> None:
+    def _count_tokens(answers: dict[int, Answer], stats: RolloutStats) -> None:
         """Add the answers' tokens to ``stats``."""
-        stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in parsed_by_slot.values())
+        stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in answers.values())
 
     def _action(self, parsed: ParsedAction) -> str:
         """What the env is sent for an answer: its action, or the env's no-op when it is invalid."""
         return parsed.action if parsed.valid else self.spec.invalid_action
 
-    def _step_envs(self, slots, prompts, parsed_by_slot, teacher, state, stats) -> list[int]:
+    def _step_envs(self, r: Rollout, slots: list[int], prompts: list[list[int]], answers: dict[int, Answer]) -> list[int]:
         """Ask the teacher (if any), step the environments of ``slots`` with their parsed actions,
         record the turns; returns the slots whose episodes go on."""
-        episodes, obs, infos, histories = state
-        actions = {slot: self._action(parsed) for slot, (_, _, parsed) in parsed_by_slot.items()}
+        actions = {slot: self._action(parsed) for slot, (_, _, parsed) in answers.items()}
         te = time.perf_counter()
-        labels = self.pool.call(teacher, slots) if teacher else {}
+        labels = self.pool.call(r.teacher, slots) if r.teacher else {}
         results = self.pool.step(actions)
-        stats.env_seconds += time.perf_counter() - te
-        stats.env_steps += len(actions)
-        self._count_tokens(parsed_by_slot, stats)
-        return self._record_turns(slots, prompts, parsed_by_slot, results, labels, episodes, obs, infos, histories)
+        r.stats.env_seconds += time.perf_counter() - te
+        r.stats.env_steps += len(actions)
+        self._count_tokens(answers, r.stats)
+        return self._record_turns(r, slots, prompts, answers, results, labels)
 
-    def _start_episodes(
-        self, tasks: Sequence[Task], group_size: int, first_episode_id: int,
-    ) -> tuple[list[Episode], list[str], list[dict[str, Any]], list[int]]:
-        """Reset one env per (task, member) and open its episode record.
-
-        Returns (episodes, first observations, infos, slots that started without an env error),
-        every list indexed by slot, ordered by (group, member).
-        """
-        seeds = [task.seed for task in tasks for _ in range(group_size)]
-        starts = self.pool.reset(seeds)
-        episodes: list[Episode] = []
-        obs: list[str] = []
-        infos: list[dict[str, Any]] = []
+    def _start_episodes(self, r: Rollout, tasks: Sequence[Task], first_episode_id: int) -> list[int]:
+        """Reset one env per (task, member) and open its slot in ``r`` (ordered by group, then
+        member); returns the slots that started without an env error."""
+        members = [task for task in tasks for _ in range(r.group_size)]
+        starts = self.pool.reset([task.seed for task in members])
         active: list[int] = []
-        for slot, (task, (o, info, err)) in enumerate(zip([t for t in tasks for _ in range(group_size)], starts)):
-            episodes.append(
-                Episode(
-                    group_id=task.group_id,
-                    episode_id=first_episode_id + slot,
-                    seed=task.seed,
-                    env_name=self.env_name,
-                    task_type=str(info.get("task_type", self.env_name)),
-                    env_error=err,
-                )
+        for slot, (task, (observation, info, err)) in enumerate(zip(members, starts)):
+            episode = Episode(
+                group_id=task.group_id,
+                episode_id=first_episode_id + slot,
+                seed=task.seed,
+                env_name=self.env_name,
+                task_type=str(info.get("task_type", self.env_name)),
+                env_error=err,
             )
-            obs.append(o)
-            infos.append(info)
+            r.slots.append(Slot(episode, observation, info))
             if not err:
                 active.append(slot)
-        return episodes, obs, infos, active
+        return active
 
-    def _next_prompts(
-        self, active: list[int], episodes: list[Episode], obs: list[str], histories: list[list[HistoryItem]],
-        infos: list[dict[str, Any]],
-    ) -> tuple[list[list[int]], list[int]]:
+    def _next_prompts(self, r: Rollout, active: list[int]) -> tuple[list[list[int]], list[int]]:
         """(prompt ids, slot) of every active slot that has a next turn, as two aligned lists; a
         slot whose trajectory stream is full drops out (:meth:`next_prompt`)."""
         prompts, still = [], []
         for slot in active:
-            ids = self.next_prompt(episodes[slot], obs[slot], histories[slot], infos[slot])
+            s = r.slots[slot]
+            ids = self.next_prompt(s.episode, s.observation, s.history, s.info)
             if ids is not None:
                 prompts.append(ids)
                 still.append(slot)
         return prompts, still
 
-    def _parse(self, slot: int, gen: Generation, infos: list[dict[str, Any]]) -> tuple[Generation, str, ParsedAction]:
-        """(generation, its text, the strict parse of it) of ``slot``'s answer."""
+    def _parse(self, slot: Slot, gen: Generation) -> Answer:
+        """(generation, its text, the strict parse of it) of one slot's answer."""
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        admissible = infos[slot].get("admissible_actions") if self.spec.check_admissible else None
+        admissible = slot.info.get("admissible_actions") if self.spec.check_admissible else None
         return gen, text, parse_response(text, admissible)
 
     def _record_turns(
-        self, active: list[int], prompts: list[list[int]],
-        parsed_by_slot: dict[int, tuple[Generation, str, ParsedAction]], results: dict[int, tuple[StepResult, bool]],
-        labels: dict[int, tuple[Any, str]], episodes: list[Episode], obs: list[str], infos: list[dict[str, Any]],
-        histories: list[list[HistoryItem]],
+        self, r: Rollout, active: list[int], prompts: list[list[int]], answers: dict[int, Answer],
+        results: dict[int, tuple[StepResult, bool]], labels: dict[int, tuple[Any, str]],
     ) -> list[int]:
         """Append each active slot's turn to its episode and history and take in the env's answer
         (the next observation and info, won, score, an env error); returns the slots still playing."""
         still_active = []
         for slot, prompt in zip(active, prompts):
-            gen, text, parsed = parsed_by_slot[slot]
+            s = r.slots[slot]
+            gen, text, parsed = answers[slot]
             result, err = results[slot]
-            ep = episodes[slot]
+            ep = s.episode
             ep.turns.append(
                 Turn(
                     prompt_ids=prompt,
@@ -372,14 +384,14 @@ class AgentLoop:
                     reason=parsed.reason,
                     reward=float(result.reward),
                     done=bool(result.done),
-                    anchor_key=anchor_key(str(infos[slot].get("anchor", obs[slot]))),
+                    anchor_key=anchor_key(str(s.info.get("anchor", s.observation))),
                     truncated=gen.finish_reason == "length",
                     expert_text=labels[slot][0] if slot in labels else None,
-                    observation=obs[slot],
+                    observation=s.observation,
                 )
             )
-            histories[slot].append(
-                HistoryItem(obs[slot], parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
+            s.history.append(
+                HistoryItem(s.observation, parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
             )
             if err:
                 ep.env_error = True
@@ -387,8 +399,8 @@ class AgentLoop:
             ep.won = bool(result.info.get("won", ep.won))
             ep.score = float(result.info.get("score", ep.score))
             if not result.done:
-                obs[slot] = result.observation
-                infos[slot] = {**infos[slot], **result.info}
+                s.observation = result.observation
+                s.info = {**s.info, **result.info}
                 still_active.append(slot)
         return still_active
 

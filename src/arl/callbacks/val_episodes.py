@@ -120,13 +120,20 @@ class ValidationEpisodes(Callback):
         if not trainer.is_global_zero or trainer.sanity_checking:
             return
         rows = sorted((row for share in shares for row in share), key=lambda row: (row["seed"] is None, row["seed"] or 0))
+        self.write(trainer, rows, int(getattr(pl_module, "iteration", 0)))
+
+    def write(self, trainer, rows: list[dict[str, Any]], iteration: int) -> Path:
+        """Write ``rows`` as iteration ``iteration``'s file (a temporary name, then renamed) and log
+        their text samples; also how a validation played by another run is adopted
+        (:mod:`arl.run.start_validation`). Returns the file's path."""
         self.dirpath.mkdir(parents=True, exist_ok=True)
-        path = episodes_file(self.dirpath, int(getattr(pl_module, "iteration", 0)))
+        path = episodes_file(self.dirpath, iteration)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
         os.replace(tmp, path)
         if self.text_samples:
-            self._log_samples(trainer, rows, int(getattr(pl_module, "iteration", 0)))
+            self._log_samples(trainer, rows, iteration)
+        return path
 
     def _log_samples(self, trainer, rows: list[dict[str, Any]], iteration: int) -> None:
         writers = [lg.experiment for lg in getattr(trainer, "loggers", []) if hasattr(lg.experiment, "add_text")]

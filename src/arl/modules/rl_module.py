@@ -607,6 +607,16 @@ class AgenticRLModule(LightningModule):
         for m in (self.val_success, self.val_return, self.val_valid, self.val_score):
             m.reset()
 
+    def adopt_validation(self, values: dict[str, float], protocol: str, loggers) -> None:
+        """Take a validation played by another run as this iteration's (a sweep's shared start
+        validation, :mod:`arl.run.start_validation`): ``last_val`` and the sampling ``protocol`` set,
+        the same metrics sent to ``loggers`` at this iteration as :meth:`on_validation_epoch_end` sends them."""
+        self.val_protocol = protocol or self.val_protocol
+        self.last_val = {k: float(v) for k, v in values.items()}
+        self.last_val_iteration = self.iteration
+        for logger in loggers:
+            logger.log_metrics(with_protocol_names(self.last_val, self.val_protocol), step=self.iteration)
+
     # ----------------------------------------------------------------------- checkpoints
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["arl"] = {

@@ -104,6 +104,13 @@ def _validate_rl(c: dict[str, Any], run: RunSettings) -> None:
         )
     _validate_scale(c)
     _validate_plan(c)
+    trainer = c.get("trainer") or {}
+    if run.rl.start_validation_cache and (trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1):
+        raise ConfigError(
+            f"rl.start_validation_cache is for one-process runs (trainer.devices=1, trainer.num_nodes=1); this trainer "
+            f"has devices={trainer.get('devices')!r}, num_nodes={trainer.get('num_nodes')!r}: set "
+            "rl.start_validation_cache=null (each run validates its own start)"
+        )
     if c["algo"]["filter"]["name"] != "none" and run.rollout.group_size < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
 

@@ -24,10 +24,11 @@ import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig, open_dict
 
-from arl.callbacks import WeightSync
+from arl.callbacks import ValidationEpisodes, WeightSync
 from arl.callbacks.weight_sync import sync_engine
 from arl.models.loading import save_hf
 from arl.models.lora import fold_adapters, is_peft_model
+from arl.run import start_validation
 from arl.run.bc_stage import finish_bc_only, run_bc
 from arl.run.builders import (
     build_agent_loop,
@@ -42,6 +43,7 @@ from arl.run.checks import validate_config
 from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.config import container
+from arl.utils.episode_files import episodes_file
 from arl.utils.fsdp import (
     full_state_dict,
     gather_on_rank0,
@@ -183,7 +185,7 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
         inference_mode=False,  # metric states persist across validate() and fit()
     )
     if ckpt is None:
-        trainer.validate(module, datamodule=dm, verbose=False)
+        results["start_validation"] = _validate_start(c, model, module, trainer, dm)
         results["val_before_rl"] = dict(module.last_val)
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt is not None else None)
     if module.last_val_iteration != module.iteration or not module.last_val:
@@ -192,6 +194,35 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
     results["val_sampling"] = sampling_params(c["rollout"], validation=True).describe()
     results["iterations_done"] = int(module.iteration)
     return module, trainer
+
+
+def _validate_start(c, model, module, trainer, dm) -> str:
+    """Validate the start (iteration 0): played here, or read back from the sweep's shared start
+    validation (``rl.start_validation_cache``, :mod:`arl.run.start_validation`) when a run with the
+    same start, seed and validation setup stored it. Returns where it came from, for the record."""
+    cache = c["rl"]["start_validation_cache"]
+    if not cache:
+        trainer.validate(module, datamodule=dm, verbose=False)
+        return "played"
+    rng_before = start_validation.rng_digest(start_validation.rng_states())
+    key = start_validation.start_key(c, start_validation.weights_digest(model), rng=rng_before)
+    episodes_cb = next((cb for cb in trainer.callbacks if isinstance(cb, ValidationEpisodes)), None)
+    stored = start_validation.load(cache, key)
+    if stored is None:
+        trainer.validate(module, datamodule=dm, verbose=False)
+        episodes = episodes_file(episodes_cb.dirpath, 0) if episodes_cb is not None else None
+        entry = start_validation.save(cache, key, module.last_val, module.val_protocol, episodes,
+                                      written_by=c["paths"]["output_dir"], rng_after=start_validation.rng_states())
+        console.print(f"start validation played and stored for the other runs of this start: {entry}")
+        return f"played, stored as {entry}"
+    module.adopt_validation(stored["values"], stored["protocol"], trainer.loggers)
+    if stored["rng_after"] is not None:  # where the playing run's random stream stood after it
+        start_validation.set_rng_states(stored["rng_after"])
+    if episodes_cb is not None and stored["episodes"]:
+        rows = [json.loads(line) for line in Path(stored["episodes"]).read_text().splitlines() if line.strip()]
+        episodes_cb.write(trainer, rows, 0)
+    console.print(f"start validation read back from {stored['entry']} (played by {stored['written_by']})")
+    return f"read back from {stored['entry']} (played by {stored['written_by']})"
 
 
 def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path, skeleton=None) -> str:

@@ -118,6 +118,7 @@ class RLSettings:
     val_every: int = required(COUNT)
     ckpt_every: int = required(integer(0))
     resume_in_place: bool = required(BOOLEAN)
+    start_validation_cache: str | None = required(optional(NON_EMPTY))
     optimizer: dict = required(INSTANTIABLE)
 
 
