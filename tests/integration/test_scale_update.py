@@ -51,7 +51,7 @@ def _budgets(episodes, tok_pad: int = 0) -> list[int]:
 @pytest.fixture(scope="module")
 def single_results(episodes):
     """One update per budget (1 process) and the micro-batch counts each produced."""
-    import arl.modules.rl_module as rl_module
+    from arl.modules import rl_module
 
     results = []
     for budget in _budgets(episodes):

@@ -260,7 +260,7 @@ def test_without_a_seed_and_the_format_and_collapse_tables(archive):
     text = generate(spec, "s1-without-seed-1")
     # seeds 2 and 3: training diffs -0.25, -0.125; t(1) 12.706
     m, lo, hi = _t_interval([-0.25, -0.125])
-    assert f"| CISPO - GRPO | " in text and f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] (0/2 above 0)" in text
+    assert "| CISPO - GRPO | " in text and f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] (0/2 above 0)" in text
     assert "over the 2 paired seeds (2, 3)" in text
     assert text.endswith("CISPO 2/2 against GRPO 0/2: Fisher p 0.333 per method (uncorrected); pooled 2/2: p 0.333.")
     fmt = generate(spec, "s1-format").splitlines()

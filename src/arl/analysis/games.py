@@ -15,9 +15,9 @@ pairs is kept for one validation against another (one seed: each game once).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from arl.analysis.runs import Run, read_episodes, settings
 from arl.analysis.tables import format_mean_ci

@@ -11,7 +11,7 @@ test (:func:`collapse_tests`). The cells' formats (:func:`format_mean_ci`, :func
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from arl.analysis.runs import Run, kl_tag, setting_terms, settings, values_by_setting
 from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from lightning import LightningDataModule

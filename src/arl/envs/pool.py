@@ -33,8 +33,9 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any
 
 from arl.envs.base import EnvSpec, StepResult
 from arl.envs.registry import env_class, env_path
@@ -97,7 +98,7 @@ class _Slots:
                 self.envs[slot] = env
                 obs, info = _call_with_timeout(lambda: env.reset(int(seed)), self.timeout)
                 out.append((slot, obs, info, ""))
-            except BaseException as exc:  # noqa: BLE001 - any env failure loses only this slot
+            except BaseException as exc:  # any env failure loses only this slot
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 self._drop(slot)
@@ -115,7 +116,7 @@ class _Slots:
             try:
                 result = _call_with_timeout(lambda: env.step(action), self.timeout)
                 out.append((slot, result, ""))
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 self._drop(slot)
@@ -137,7 +138,7 @@ class _Slots:
             try:
                 fn = _import_function(fn_path)
                 out.append((slot, _call_with_timeout(lambda: fn(env), self.timeout), ""))
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 out.append((slot, None, _describe(exc, fn_path)))

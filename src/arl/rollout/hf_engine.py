@@ -13,7 +13,7 @@ otherwise generate on the CPU of a GPU machine.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -75,21 +75,21 @@ class HFEngine:
             self._stream = RefillDecoder(self.model, self.tokenizer, self.eos_ids, self.max_batch_size, self.device)
         return self._stream
 
-    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:  # noqa: D102 - StreamingEngine
+    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:  # see StreamingEngine
         self.stream.submit(key, prompt, params, seed)
 
-    def poll(self) -> list[tuple[object, Generation]]:  # noqa: D102 - see StreamingEngine
+    def poll(self) -> list[tuple[object, Generation]]:  # see StreamingEngine
         return self.stream.poll()
 
     @property
-    def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
+    def in_flight(self) -> int:  # see StreamingEngine
         return 0 if self._stream is None else self._stream.in_flight
 
-    def abort(self) -> None:  # noqa: D102 - see StreamingEngine
+    def abort(self) -> None:  # see StreamingEngine
         if self._stream is not None:
             self._stream.reset()
 
-    def sync(self, policy) -> None:  # noqa: D102 - shares the trainer's module
+    def sync(self, policy) -> None:  # shares the trainer's module
         if policy is not self.model:
             self.model.load_state_dict(policy.state_dict())
 

@@ -726,11 +726,11 @@ class VLLMEngine:
 __all__ = [
     "VLLMEngine",
     "finish_reason",
+    "free_accelerator_cache",
     "hf_weight_name",
+    "hub_snapshot",
     "iter_hf_weights",
     "llm_kwargs",
-    "free_accelerator_cache",
-    "hub_snapshot",
     "model_folder",
     "rank_placement",
     "sampling_kwargs",

@@ -9,7 +9,8 @@ folder) stops with what is missing (:func:`check_machine`). ``src/train.py`` cal
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import DictConfig
 

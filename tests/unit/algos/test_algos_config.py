@@ -156,9 +156,7 @@ def _algo_callables():
     """Every function and dataclass of arl.algos that takes algo settings."""
     for module in (advantages, filters, kl, policy_losses, algos.objective, algos.aggregation, algos.diagnostics):
         for value in vars(module).values():
-            if inspect.isfunction(value) and value.__module__ == module.__name__:
-                yield f"{module.__name__}.{value.__name__}", value
-            elif dataclasses.is_dataclass(value) and value.__module__ == module.__name__:
+            if (inspect.isfunction(value) or dataclasses.is_dataclass(value)) and value.__module__ == module.__name__:
                 yield f"{module.__name__}.{value.__name__}", value
 
 

@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from arl.agent.experts import get_expert  # noqa: E402
-from arl.agent.parsing import parse_response  # noqa: E402
-from arl.envs.alfworld.env import AlfWorldEnv  # noqa: E402
-from arl.envs.alfworld.gen.games import GeneratorConfig, ensure_game  # noqa: E402
-from arl.envs.base import VAL_SEED_BASE  # noqa: E402
+from arl.agent.experts import get_expert
+from arl.agent.parsing import parse_response
+from arl.envs.alfworld.env import AlfWorldEnv
+from arl.envs.alfworld.gen.games import GeneratorConfig, ensure_game
+from arl.envs.base import VAL_SEED_BASE
 
 
 @pytest.fixture(scope="module")

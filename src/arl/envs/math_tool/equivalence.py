@@ -43,16 +43,16 @@ WORKER_MEMORY_MB = 2048
 
 # --- normalisation -----------------------------------------------------------------------------
 _WRAPPERS = (
-    (re.compile(r"^\$\$(.*)\$\$$", re.S), 1),
-    (re.compile(r"^\$(.*)\$$", re.S), 1),
-    (re.compile(r"^\\\((.*)\\\)$", re.S), 1),
-    (re.compile(r"^\\\[(.*)\\\]$", re.S), 1),
+    (re.compile(r"^\$\$(.*)\$\$$", re.DOTALL), 1),
+    (re.compile(r"^\$(.*)\$$", re.DOTALL), 1),
+    (re.compile(r"^\\\((.*)\\\)$", re.DOTALL), 1),
+    (re.compile(r"^\\\[(.*)\\\]$", re.DOTALL), 1),
 )
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _SPACING = re.compile(r"(?<!\\)\\[,;:! ]|\\q?quad\b|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\s*")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree")
-_TRAILING_TEXT = re.compile(r"^(.*?[\d}).])\s*\\(?:text|textbf|mbox|mathrm)\{\s*[^{}]*\}$", re.S)
+_TRAILING_TEXT = re.compile(r"^(.*?[\d}).])\s*\\(?:text|textbf|mbox|mathrm)\{\s*[^{}]*\}$", re.DOTALL)
 _UNIT_WORD = re.compile(r"^([+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+))\s*([a-zA-Z]{2,})[a-zA-Z .]*$")
 _NOT_UNITS = {"pi", "sqrt", "inf", "infinity", "or", "and", "to", "times", "over", "cdot"}
 _NOT_UNITS |= {"ln", "log", "sin", "cos", "tan", "exp"}

@@ -356,7 +356,7 @@ class SandboxConfig:
                 raise ValueError(f"sandbox {name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> "SandboxConfig":
+    def from_dict(cls, values: dict[str, Any] | None) -> SandboxConfig:
         """Build from a plain mapping (e.g. a Hydra node); unknown keys are a clear error."""
         values = dict(values or {})
         known = {f.name for f in fields(cls)}

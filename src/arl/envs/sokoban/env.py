@@ -175,9 +175,7 @@ class SokobanEnv:
         if self.level.solved:
             reward += SOLVED_REWARD
             self.done = True
-        elif self.steps >= self.max_steps:
-            self.done = True
-        elif self.end_on_deadlock and self._deadlocked():
+        elif self.steps >= self.max_steps or (self.end_on_deadlock and self._deadlocked()):
             self.done = True
         return reward, self.level is not before
 
