@@ -365,7 +365,8 @@ def logit_copies(n: int = 4096, chunk: int = 512, vocab: int = 8192, hidden: int
 
 def run_child(args: list[str], timeout: int = 1800) -> dict:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -137,9 +137,9 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
                      f"{gain:+.3f} |")
     up, down = sum(v > 0 for v in net.values()), sum(v < 0 for v in net.values())
     out = ["\n".join(lines), "",
-           f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {format_mean_ci(gains, signed=True)}; pooled "
-           f"games gained {gained_all}, lost {lost_all}; over the games (each one unit, the pairs pooled) {up} up, "
-           f"{down} down, sign test p {mcnemar_exact(up, down):.3g}."]
+           (f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {format_mean_ci(gains, signed=True)}; pooled "
+            f"games gained {gained_all}, lost {lost_all}; over the games (each one unit, the pairs pooled) {up} up, "
+            f"{down} down, sign test p {mcnemar_exact(up, down):.3g}.")]
     types = [t for t in sorted(by_type) if t]
     if len(types) > 1:
         out += ["", "| task type | games | before | after |", "|---|---:|---:|---:|"]

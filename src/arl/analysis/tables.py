@@ -132,7 +132,7 @@ def group_table(runs: Iterable[Run]) -> str:
             "collapsed (first iteration)", "peak KL", "clip fraction", "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for name, members in settings(runs).items():
-        def vals(fn):
+        def vals(fn, members=members):
             return [v for v in (fn(r) for r in members) if v is not None]
 
         finals = vals(lambda r: r.final("val/success_rate"))

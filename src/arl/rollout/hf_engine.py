@@ -159,17 +159,17 @@ class HFEngine:
             attention_mask[i, width - len(p) :] = 1
         stop_ids, stop_strings = self._stop_token_ids(params.stop)
         greedy = params.temperature <= 0
-        kwargs = dict(
-            max_new_tokens=params.max_new_tokens,
-            min_new_tokens=params.min_new_tokens or None,
-            do_sample=not greedy,
-            eos_token_id=self.eos_ids + stop_ids,
-            pad_token_id=self.pad_id,
-            output_logits=True,
-            return_dict_in_generate=True,
-            cache_implementation=self.cache,
-            disable_compile=True,  # a static cache would otherwise compile the forward on a GPU, per batch shape
-        )
+        kwargs = {
+            "max_new_tokens": params.max_new_tokens,
+            "min_new_tokens": params.min_new_tokens or None,
+            "do_sample": not greedy,
+            "eos_token_id": self.eos_ids + stop_ids,
+            "pad_token_id": self.pad_id,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+            "cache_implementation": self.cache,
+            "disable_compile": True,  # a static cache would otherwise compile the forward on a GPU, per batch shape
+        }
         if greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         else:

@@ -44,7 +44,7 @@ def test_a_single_game_file_plays_to_a_win(user_games):
     env = AlfWorldEnv(games=str(game))
     try:
         assert env.source == "files" and {env.game_for_seed(s) for s in (0, 5, VAL_SEED_BASE)} == {str(game.resolve())}
-        obs, info = env.reset(0)
+        _obs, info = env.reset(0)
         assert info["task"] and info["admissible_actions"]
         assert _play_expert(env, 0)["won"]
     finally:

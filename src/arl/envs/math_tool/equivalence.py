@@ -248,9 +248,8 @@ class _LibraryChecker:
         with self._lock:
             if self._proc is not None and self._owner != os.getpid():
                 self._proc = None  # inherited through fork: the pipes belong to the parent
-            if self._proc is None or self._proc.poll() is not None:
-                if not self._start():
-                    return False
+            if (self._proc is None or self._proc.poll() is not None) and not self._start():
+                return False
             proc = self._proc
             try:
                 proc.stdin.write((json.dumps(payload) + "\n").encode())
@@ -298,12 +297,12 @@ def _kill(proc: subprocess.Popen) -> None:
     try:
         proc.kill()
         proc.wait(timeout=5)
-    except Exception:  # best effort
+    except Exception:  # noqa: BLE001, S110 - best effort
         pass
     for pipe in (proc.stdin, proc.stdout):
         try:
             pipe.close()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - best effort, as the kill
             pass
 
 

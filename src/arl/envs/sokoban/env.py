@@ -110,12 +110,12 @@ class SokobanEnv:
         """The start level of ``reset(seed)``."""
         if self.levels is not None:
             return self.levels[int(seed) % len(self.levels)]
-        kwargs = dict(
-            dim_room=self.dim_room,
-            num_boxes=self.num_boxes,
-            search_depth=self.search_depth,
-            internal_walls=self.internal_walls,
-        )
+        kwargs = {
+            "dim_room": self.dim_room,
+            "num_boxes": self.num_boxes,
+            "search_depth": self.search_depth,
+            "internal_walls": self.internal_walls,
+        }
         level = generate_level(int(seed), **kwargs)
         if not self.fit_max_steps:
             return level
