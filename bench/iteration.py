@@ -25,6 +25,7 @@ minutes whose policy is cached in ``$ARL_CACHE/bench/bc_sokoban``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -88,14 +89,14 @@ def launch(python: str, train_py: Path, run_dir: Path, seed: int, args, extra: l
         f"rl.val_every={args.iterations + 1}", "rollout.val_episodes=8", f"hydra.run.dir={run_dir}", *extra,
         *args.overrides,
     ]
-    log = open(run_dir.with_suffix(".log"), "w")
+    log = open(run_dir.with_suffix(".log"), "w")  # noqa: SIM115 - the child writes to it after we return
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(train_py.parents[1]))
 
 
 def summarise(run_dir: Path) -> dict[str, float | None]:
     s = read_scalars(run_dir)
     iters = sorted({step: wall for step, wall, _ in s.get("perf/iteration_s", [])}.items())
-    walls = [b[1] - a[1] for a, b in zip(iters, iters[1:])]  # everything between two iterations' ends
+    walls = [b[1] - a[1] for a, b in itertools.pairwise(iters)]  # everything between two iterations' ends
     row: dict[str, float | None] = {"iteration": statistics.median(walls) if walls else None}
     for name, tag in PARTS:
         values = [v for step, _, v in s.get(tag, []) if step > 1]  # the first iteration warms up

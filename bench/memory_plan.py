@@ -210,8 +210,8 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
     import lightning  # noqa: F401
     import transformers  # noqa: F401
 
-    import arl.agent.samples  # noqa: F401
-    import arl.modules.rl_module  # noqa: F401
+    import arl.agent.samples
+    import arl.modules.rl_module
     import arl.plan  # noqa: F401
     trim()
     b0 = rss()
@@ -269,6 +269,7 @@ def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: i
       ``engine awake (generation)`` row (its KV cache and the prefill's largest transient).
     """
     import warnings
+    from dataclasses import replace
 
     import lightning as L
     import torch
@@ -279,8 +280,6 @@ def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: i
     from arl.models.loading import check_tokenizer, load_policy
     from arl.modules.sft_module import BehaviourCloningModule
     from arl.plan import resolve_architecture
-    from dataclasses import replace
-
     from arl.plan.memory import Setup, bc_setup, make_plan
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
@@ -366,7 +365,8 @@ def logit_copies(n: int = 4096, chunk: int = 512, vocab: int = 8192, hidden: int
 
 def run_child(args: list[str], timeout: int = 1800) -> dict:
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{args}: exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -43,7 +43,7 @@ def count_params(policy_dir: Path) -> int:
     total = 0
     for path in files:
         with safe_open(str(path), framework="np") as f:
-            for key in f.keys():
+            for key in f.keys():  # noqa: SIM118 - safe_open has keys() but no __iter__
                 total += math.prod(f.get_slice(key).get_shape())
     return total
 

@@ -54,7 +54,6 @@ def _cache() -> Path:
 def rollout_rows(name: str, args) -> dict:
     """The row lengths of one real rollout batch, by group, and the run's update settings."""
     from omegaconf import OmegaConf
-
     from rollout_schedule import WORKLOADS, _workload
 
     run = ROOT / WORKLOADS[name][1]

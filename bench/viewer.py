@@ -34,7 +34,9 @@ from rich.table import Table
 
 from arl.analysis.viewer import find_chromium, write_viewer
 
-WORDS = "you are in the middle of a room looking around you see a cabinet 1 drawer 2 countertop 3 sinkbasin 1 mug 2".split()
+WORDS = (  # noqa: SIM905 - a sentence, cut into its words
+    "you are in the middle of a room looking around you see a cabinet 1 drawer 2 countertop 3 sinkbasin 1 mug 2"
+).split()
 
 
 def _text(rng: random.Random, chars: int) -> str:
@@ -49,7 +51,7 @@ def synthetic_folder(root: Path, episodes: int, turns: int, per_file: int = 96) 
     rng = random.Random(episodes)
     folder = root / f"synthetic_{episodes}" / "val_episodes"
     folder.mkdir(parents=True)
-    for k in range(0, (episodes + per_file - 1) // per_file):
+    for k in range((episodes + per_file - 1) // per_file):
         n = min(per_file, episodes - k * per_file)
         with (folder / f"iter{k}.jsonl").open("w") as f:
             for i in range(n):

@@ -138,7 +138,7 @@ def evaluate(model, tokenizer, turns: list[Turn], max_new: int = 48) -> dict[str
         right += clicked == turn.target_id
         on_page += clicked in turn.page_ids
         # teacher forcing: id tokens of the answer, and where their attention goes
-        ids, labels = encode(turn, tokenizer)
+        ids, _labels = encode(turn, tokenizer)
         x = torch.tensor([ids])
         res = model(x, output_attentions=True)
         pred = res.logits[0].argmax(-1)

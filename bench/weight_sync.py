@@ -72,7 +72,7 @@ def _models():
         from arl.models.smollm2 import ensure_smollm2
 
         path = ensure_smollm2()
-    except Exception as err:  # the extra is optional
+    except Exception as err:  # noqa: BLE001 - the extra is optional
         print(f"SmolLM2-135M skipped: {err}")
         return
     yield "SmolLM2-135M", lambda: load_policy(path)

@@ -121,7 +121,7 @@ def is_pure(wheel: Path) -> bool:
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, check=False)
 
 
 def pick_version(req: Requirement) -> str:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # `arl` without installing, too
 
-from arl.analysis.runs import Run, common_overrides, read_overrides  # noqa: E402
+from arl.analysis.runs import Run, common_overrides, read_overrides
 
 FIRST, LAST = "algo", "seed"
 

@@ -24,7 +24,7 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.utils.config import register_resolvers  # noqa: E402 - after the sys.path line
+from arl.utils.config import register_resolvers  # after the sys.path line
 
 register_resolvers()
 
@@ -35,7 +35,6 @@ def main(cfg: DictConfig) -> float:
 
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.run.evaluation import evaluate_from_config
-
     from arl.run.resume import checked_checkpoint
     from arl.utils.config import ConfigError
 

@@ -23,7 +23,7 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.utils.config import register_resolvers  # noqa: E402 - after the sys.path line
+from arl.utils.config import register_resolvers  # after the sys.path line
 
 register_resolvers()
 

@@ -251,9 +251,10 @@ def mini_batch_loss(model, reference, batch, advantages, algo: dict, on_policy: 
             old = logp.detach()
         pg = _policy_terms(algo["loss"], logp, old, adv)
         keep = 1.0
-        if algo["seq_mask"]["enabled"]:  # drop negative-advantage sequences the policy moved away from
-            if adv.mean() < 0 and (old - logp).mean().item() > float(algo["seq_mask"]["delta"]):
-                keep = 0.0
+        # seq_mask: drop negative-advantage sequences the policy moved away from
+        if (algo["seq_mask"]["enabled"] and adv.mean() < 0
+                and (old - logp).mean().item() > float(algo["seq_mask"]["delta"])):
+            keep = 0.0
         pg_terms.append(pg * keep)
         pg_masks.append(keep)
         x = ref - logp

@@ -143,7 +143,7 @@ def plan(cmd: str) -> tuple[str, str]:
     c = cmd + " "
     if c.startswith("pip install"):
         return "skip", "installs packages (make install and CI install them)"
-    if c.startswith("alfworld-download") or c.startswith("export "):
+    if c.startswith(("alfworld-download", "export ")):
         return "skip", "downloads the official ALFWorld games (no network here) / sets a variable for the next line"
     if c.startswith("make "):
         target = cmd.split()[1]
@@ -209,7 +209,7 @@ def env_root(tmp_path_factory):
              "rollout.groups_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=12"]
     run = subprocess.run([PY, "src/train.py", "debug=smoke", *small], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    run_dir = sorted((root / "logs" / "debug" / "runs").iterdir())[-1]
+    run_dir = max((root / "logs" / "debug" / "runs").iterdir())
     # the same run as task "train" too, the default task name, for the README's ckpt_path=last
     train_run = root / "logs" / "train" / "runs" / run_dir.name
     shutil.copytree(run_dir, train_run, symlinks=True)

@@ -244,8 +244,9 @@ def test_the_kit_runs_the_smoke_run_on_an_image_like_python(kit, tmp_path):
     env.pop("VIRTUAL_ENV", None)
     check = subprocess.run([str(python), "-m", "pip", "check"], env=env, capture_output=True, text=True, timeout=300)
     assert check.returncode == 0, check.stdout + check.stderr  # the kit's requirements, met by what the image has
-    versions = subprocess.run([str(python), "-c", "import transformers, lightning, hydra; "
-                               "print(transformers.__version__, lightning.__version__, hydra.__version__)"],
+    versions = subprocess.run([str(python), "-c", ("import transformers, lightning, hydra; "
+                                                   "print(transformers.__version__, lightning.__version__, "
+                                                   "hydra.__version__)")],
                               env=env, capture_output=True, text=True, timeout=300)
     assert versions.stdout.split() == ["5.17.0", "2.6.6", "1.3.8"], versions.stdout + versions.stderr
     smoke = subprocess.run([str(python), "src/train.py", "debug=smoke", f"paths.log_dir={tmp_path / 'logs'}"], cwd=ROOT,
@@ -257,8 +258,8 @@ def test_the_kit_runs_the_smoke_run_on_an_image_like_python(kit, tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert math.returncode == 0, math.stdout[-2000:] + math.stderr[-3000:]
     verdicts = subprocess.run(
-        [str(python), "-c", "import sys; sys.path.insert(0, 'src'); "
-         "from arl.envs.math_tool.equivalence import library_equivalent as eq; "
-         "print(eq('(x+1)^2', 'x^2+2x+1'), eq('x^2', 'x^3'))"],
+        [str(python), "-c", ("import sys; sys.path.insert(0, 'src'); "
+                             "from arl.envs.math_tool.equivalence import library_equivalent as eq; "
+                             "print(eq('(x+1)^2', 'x^2+2x+1'), eq('x^2', 'x^3'))")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert verdicts.stdout.split() == ["True", "False"], verdicts.stdout + verdicts.stderr

@@ -114,7 +114,7 @@ def test_sampo_filter_tops_up_with_groups_that_have_a_spread(filter_name, cloned
 
 
 def test_the_last_round_fills_the_batch(cloned, tmp_path):
-    results, rec = _train(cloned, tmp_path, ["algo=sampo", "algo.filter.max_rollout_rounds=1"])
+    _results, rec = _train(cloned, tmp_path, ["algo=sampo", "algo.filter.max_rollout_rounds=1"])
     m, batch = rec.metrics[0], rec.batches[0]
     assert m["filter/rounds"] == 1 and m["filter/kept_groups"] + m["filter/filled_groups"] == 4
     assert len(_spreads(batch)) == 4
@@ -125,8 +125,9 @@ def test_kl_in_the_reward_trains(cloned, tmp_path):
     """algo.kl.in_loss=false: the k3 penalty is subtracted from each turn's reward (after a first
     update the policy differs from the reference, so the second iteration pays a penalty); the
     loss has no KL term. The exact arithmetic is the oracle's (test_update_oracle.py)."""
-    results, rec = _train(cloned, tmp_path, ["algo=grpo", "algo.kl.in_loss=false", "algo.kl.coef=0.1", "rl.iterations=2",
-                                              "algo.filter.name=none", "rl.old_log_probs=recompute"])
+    _results, rec = _train(cloned, tmp_path, ["algo=grpo", "algo.kl.in_loss=false", "algo.kl.coef=0.1",
+                                               "rl.iterations=2", "algo.filter.name=none",
+                                               "rl.old_log_probs=recompute"])
     first, second = rec.metrics
     assert first["actor/kl_reward"] == pytest.approx(0.0, abs=1e-6)  # the policy is the reference
     assert second["actor/kl_reward"] > 0 and second["actor/kl_loss"] == 0.0

@@ -113,7 +113,7 @@ def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp
     checkpoints = run_dir / "checkpoints"
     partial = checkpoints / "last.ckpt.tmp"
     assert partial.exists(), sorted(p.name for p in checkpoints.iterdir())  # the write the kill cut short
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - a truncated file: what torch raises varies by version
         torch.load(partial, map_location="cpu", weights_only=True)
     ckpt = torch.load(checkpoints / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["arl"]["iteration"] == 2

@@ -53,13 +53,13 @@ def test_sampled_ids_are_trained_and_log_probs_match(tiny, mode):
 
 
 def test_trajectory_stream_masks_observations(tiny):
-    model, tok = tiny
+    _model, tok = tiny
     loop = _loop(tiny, "trajectory")
     episodes = loop.run([Task(0, 21)], group_size=1, params=SamplingParams(temperature=1.0, max_new_tokens=12))
     ep = episodes[0]
     if ep.num_turns < 2:
         pytest.skip("episode ended after one turn")
-    samples, turns = build_samples(episodes, "trajectory")
+    samples, _turns = build_samples(episodes, "trajectory")
     stream = samples[0].input_ids
     # turn 1's prompt = turn 0's prompt + sampled response + template continuation (observation)
     t0, t1 = ep.turns[0], ep.turns[1]
@@ -72,7 +72,7 @@ def test_trajectory_stream_masks_observations(tiny):
 
 
 def test_template_that_rewrites_history_falls_back_to_turn_mode(tiny, caplog):
-    model, tok = tiny
+    _model, tok = tiny
     original = tok.chat_template
     # a template that drops earlier <think> blocks (as Qwen3's does) is not prefix-preserving
     tok.chat_template = (
@@ -129,7 +129,7 @@ def test_rollout_survives_failing_environments(tiny):
         assert {e.seed for e in healthy} == {1, 11}
         assert all(e.num_turns == 3 and e.won and e.ret == 6.0 for e in healthy)
         assert loop.pool.restarts == 1 and loop.pool.errors == 5
-        samples, turns = build_samples(episodes, "turn")
+        _samples, turns = build_samples(episodes, "turn")
         assert {t.episode_id for t in turns} == {e.episode_id for e in healthy}
     finally:
         loop.close()

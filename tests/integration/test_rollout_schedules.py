@@ -71,7 +71,7 @@ def test_greedy_trajectory_mode_and_full_context_match(tiny):
     """Trajectory samples and the ``max_prompt_tokens`` end follow the same rules in both schedules."""
     tasks = [Task(0, 31), Task(1, 32)]
     params = SamplingParams(temperature=0.0, max_new_tokens=24)
-    kw = dict(sample_mode="trajectory", max_prompt_tokens=200, max_turns=6)
+    kw = {"sample_mode": "trajectory", "max_prompt_tokens": 200, "max_turns": 6}
     lock = _run(_loop(tiny, "lockstep", **kw), tasks, 2, params)
     each = _run(_loop(tiny, "episode", max_batch_size=3, **kw), tasks, 2, params)
     assert _trace(each) == _trace(lock)
@@ -94,7 +94,7 @@ def test_recomputed_log_probs_equal_the_engines(tiny):
     model, tok = tiny
     episodes = _run(_loop(tiny, "episode", max_batch_size=3), [Task(0, 11), Task(1, 12)], 3,
                     SamplingParams(temperature=0.8, max_new_tokens=16))
-    samples, turns = build_samples(episodes, "turn")
+    samples, _turns = build_samples(episodes, "turn")
     batch = collate_tokens(samples, tok.pad_token_id)
     with torch.no_grad():
         logp, _ = forward_log_probs(model, batch, temperature=0.8)

@@ -30,11 +30,12 @@ def episodes(tiny_path, _one_thread):
 def _max_diff(a: dict, b: dict) -> float:
     assert a.keys() == b.keys()
     worst = 0.0
-    for k in a:
-        if a[k] is None or b[k] is None:
-            assert a[k] is None and b[k] is None, k
+    for k, x in a.items():
+        y = b[k]
+        if x is None or y is None:
+            assert x is None and y is None, k
             continue
-        worst = max(worst, float((a[k].float() - b[k].float()).abs().max()))
+        worst = max(worst, float((x.float() - y.float()).abs().max()))
     return worst
 
 
@@ -51,7 +52,7 @@ def _budgets(episodes, tok_pad: int = 0) -> list[int]:
 @pytest.fixture(scope="module")
 def single_results(episodes):
     """One update per budget (1 process) and the micro-batch counts each produced."""
-    import arl.modules.rl_module as rl_module
+    from arl.modules import rl_module
 
     results = []
     for budget in _budgets(episodes):

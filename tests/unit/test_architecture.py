@@ -53,9 +53,9 @@ def diagram_edges(doc: Path = ROOT / "docs" / "architecture.md") -> tuple[set[st
     """(rooms, arrows) of the ```mermaid block under "## Rooms" in the architecture doc."""
     text = doc.read_text()
     section = text[text.index("## Rooms") :]
-    block = re.search(r"```mermaid\n(.*?)```", section, re.S).group(1)
-    arrows = set(re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.M))
-    rooms = set(re.findall(r"^\s*(\w+)\s*$", block, re.M)) | {r for arrow in arrows for r in arrow}
+    block = re.search(r"```mermaid\n(.*?)```", section, re.DOTALL).group(1)
+    arrows = set(re.findall(r"^\s*(\w+)\s*-->\s*(\w+)\s*$", block, re.MULTILINE))
+    rooms = set(re.findall(r"^\s*(\w+)\s*$", block, re.MULTILINE)) | {r for arrow in arrows for r in arrow}
     return rooms - {"flowchart"}, arrows
 
 

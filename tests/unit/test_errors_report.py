@@ -12,7 +12,7 @@ import pytest
 from arl.analysis.errors import errors_table, first_error, summarise
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-import report  # noqa: E402  src/report.py
+import report  # src/report.py
 
 
 def turn(valid: bool, action: str = "", reason: str = "", response: str = "") -> dict:

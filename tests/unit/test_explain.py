@@ -35,7 +35,7 @@ def test_a_key_set_by_a_group_two_presets_a_budget_and_the_command_line(hydra_co
 
 def test_a_group_choice_changes_the_chain_and_a_parent_mapping_counts(hydra_configs):
     chain = explain_key("algo.loss.clip_ratio_high", "train.yaml", ["algo=grpo"])
-    assert [s.source for s in chain][0] == "configs/algo/base.yaml (package algo)"
+    assert next(s.source for s in chain) == "configs/algo/base.yaml (package algo)"
     assert all("sampo" not in s.source for s in chain)
     parent = explain_key("rollout.max_new_tokens", "train.yaml", ["debug=smoke", "rollout={max_new_tokens: 5}"])
     assert parent[-1].source == "command line: rollout={max_new_tokens: 5}" and parent[-1].value == 5

@@ -260,7 +260,7 @@ def test_without_a_seed_and_the_format_and_collapse_tables(archive):
     text = generate(spec, "s1-without-seed-1")
     # seeds 2 and 3: training diffs -0.25, -0.125; t(1) 12.706
     m, lo, hi = _t_interval([-0.25, -0.125])
-    assert f"| CISPO - GRPO | " in text and f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] (0/2 above 0)" in text
+    assert "| CISPO - GRPO | " in text and f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}] (0/2 above 0)" in text
     assert "over the 2 paired seeds (2, 3)" in text
     assert text.endswith("CISPO 2/2 against GRPO 0/2: Fisher p 0.333 per method (uncorrected); pooled 2/2: p 0.333.")
     fmt = generate(spec, "s1-format").splitlines()
@@ -483,7 +483,7 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
     assert c.per_seed == {"1": 0.125, "2": 0.375} and c.name == "SAMPO"
     assert study.contrast("algo=grpo", "gain").per_seed == {"1": 0.0, "2": 0.125}
     # t against 0: SAMPO mean 0.25, se 0.125, t 2; GRPO 0.0625 / 0.0625 = 1; SAMPO - GRPO 0.1875 / 0.0625 = 3
-    p_sampo, p_grpo, p_diff = (1 - 2 / math.pi * math.atan(t) for t in (2, 1, 3))  # Cauchy: t with 1 df
+    p_sampo, _p_grpo, p_diff = (1 - 2 / math.pi * math.atan(t) for t in (2, 1, 3))  # Cauchy: t with 1 df
     assert c.p == pytest.approx(p_sampo, abs=1e-12)
     # Holm over the 3: 0.205 x 3 = 0.614, then 0.295 x 2 = 0.590 held up to 0.614, then 0.5 x 1 also
     assert c.p_holm == pytest.approx(3 * p_diff, abs=1e-12) and c.family_size == 3
@@ -663,11 +663,11 @@ def test_inline_values_and_the_prose_check_by_hand(archive, capsys):
     page.write_text("\n".join(lines) + "\n")
     problems = check_pages(spec)
     assert problems == [
-        f"{page.relative_to(Path.cwd()) if page.is_relative_to(Path.cwd()) else page}:{row + 1}: "
-        "[value s1 mean final algo=cispo] the page has 0.433, the archive gives 0.333",
-        f"{page.relative_to(Path.cwd()) if page.is_relative_to(Path.cwd()) else page}:{typed + 1}: a number in the "
-        f"prose that no archive checks: 0.42 in {lines[typed][:120]!r} (generate it, `<!-- value ... -->`, or mark "
-        "it `<!-- recorded: SOURCE -->`)"], problems
+        (f"{page.relative_to(Path.cwd()) if page.is_relative_to(Path.cwd()) else page}:{row + 1}: "
+         "[value s1 mean final algo=cispo] the page has 0.433, the archive gives 0.333"),
+        (f"{page.relative_to(Path.cwd()) if page.is_relative_to(Path.cwd()) else page}:{typed + 1}: a number in the "
+         f"prose that no archive checks: 0.42 in {lines[typed][:120]!r} (generate it, `<!-- value ... -->`, or mark "
+         "it `<!-- recorded: SOURCE -->`)")], problems
     assert main(["findings", str(spec.path), "--check"]) == 1
     out = capsys.readouterr().out
     assert "the page has 0.433, the archive gives 0.333" in out and "no archive checks: 0.42 in" in out

@@ -9,7 +9,7 @@ answers, so behaviour cloning and RL share one sample builder.
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from arl.agent.loop import AgentLoop
 from arl.agent.parsing import parse_response

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from arl.agent.parsing import ParsedAction, parse_response
 from arl.agent.prompts import (

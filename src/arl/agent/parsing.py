@@ -9,8 +9,8 @@ else is an invalid action: the caller sends the environment's no-op and records 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 TAGS = ("<think>", "</think>", "<action>", "</action>")
 _FORMAT = re.compile(r"<think>(.*?)</think>\s*<action>(.*?)</action>", re.DOTALL)

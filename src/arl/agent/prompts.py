@@ -7,8 +7,9 @@ and turns the message into token ids with the tokenizer's chat template.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from arl.envs.base import EnvSpec
 

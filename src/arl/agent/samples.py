@@ -18,8 +18,8 @@ tables the RL module receives and holds the tensor helpers both sides share.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 

@@ -55,8 +55,8 @@ def settings_table(study: Study) -> str:
     head = [*(study.name(k) if k != "algo" else "method" for k in keys), "seeds", "start success", "final success",
             "training success", "detector: runs (first iteration)", "event iterations", "peak KL", "clip fraction"]
     rows = []
-    for name, members in groups.items():
-        def vals(fn):
+    for members in groups.values():
+        def vals(fn, members=members):
             return [v for v in (fn(r) for r in members) if v is not None]
 
         keycells = [study.name(f"{k}={members[0].overrides.get(k)}") if k == "algo" else

@@ -105,8 +105,8 @@ def _f(value: float | None, signed: bool = False) -> str:
 def render(table: list[SettingRow]) -> str:
     """The markdown table and the line naming the best setting."""
     lines = [
-        "| setting | seeds | gain over the start (mean; per seed) | final success | peak KL | valid actions "
-        "(first -> last iteration) | same-outcome groups | zero advantages | wins per optimiser step | env errors |",
+        ("| setting | seeds | gain over the start (mean; per seed) | final success | peak KL | valid actions "
+         "(first -> last iteration) | same-outcome groups | zero advantages | wins per optimiser step | env errors |"),
         "|---|---:|---|---:|---:|---|---:|---:|---:|---:|",
     ]
     for r in table:

@@ -44,7 +44,7 @@ class ErrorSummary:
     errors: list[FirstError] = field(default_factory=list)
 
 
-_ACTION = re.compile(r"<action>(.*?)</action>", re.S)
+_ACTION = re.compile(r"<action>(.*?)</action>", re.DOTALL)
 
 
 def attempted_command(turn: dict) -> str:

@@ -323,7 +323,7 @@ def _interval_cell(contrasts: list[Contrast]) -> tuple[str, str, str]:
     lo_hi = ", ".join(f"[{lo:+.3f}, {hi:+.3f}]" for lo, hi in (c.interval for c in contrasts))
     seeds = "/".join(map(str, sorted({len(c.values) for c in contrasts})))
     fams = list(dict.fromkeys(c.study.family_label(c.measure) for c in contrasts))
-    if len(fams) > 1 and all(f.endswith("contrasts") or f.endswith("contrast") for f in fams):
+    if len(fams) > 1 and all(f.endswith(("contrasts", "contrast")) for f in fams):
         sizes = sorted({c.family_size for c in contrasts})
         fams = [f"{'/'.join(map(str, sizes))} contrasts"]
     holms = ", ".join(fmt_p(c.p_holm) for c in contrasts)

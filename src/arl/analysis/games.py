@@ -15,9 +15,9 @@ pairs is kept for one validation against another (one seed: each game once).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 from arl.analysis.runs import Run, read_episodes, settings
 from arl.analysis.tables import format_mean_ci
@@ -137,9 +137,9 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
                      f"{gain:+.3f} |")
     up, down = sum(v > 0 for v in net.values()), sum(v < 0 for v in net.values())
     out = ["\n".join(lines), "",
-           f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {format_mean_ci(gains, signed=True)}; pooled "
-           f"games gained {gained_all}, lost {lost_all}; over the games (each one unit, the pairs pooled) {up} up, "
-           f"{down} down, sign test p {mcnemar_exact(up, down):.3g}."]
+           (f"Gain over {len(gains)} pair(s), mean and 95 % t interval: {format_mean_ci(gains, signed=True)}; pooled "
+            f"games gained {gained_all}, lost {lost_all}; over the games (each one unit, the pairs pooled) {up} up, "
+            f"{down} down, sign test p {mcnemar_exact(up, down):.3g}.")]
     types = [t for t in sorted(by_type) if t]
     if len(types) > 1:
         out += ["", "| task type | games | before | after |", "|---|---:|---:|---:|"]

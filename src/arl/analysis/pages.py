@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from arl.analysis.blocks import (
     archives_block,
@@ -40,9 +40,9 @@ from arl.analysis.blocks import (
 )
 from arl.analysis.findings import Spec, findings_block, headline_block
 
-MARKER = re.compile(r"<!-- ([a-z0-9_-]+):begin -->\n(.*?)<!-- \1:end -->", re.S)
-VALUE = re.compile(r"<!-- value (.+?) -->(.*?)<!-- /value -->", re.S)
-RECORDED = re.compile(r"<!-- recorded: (.+?) -->(.*?)<!-- /recorded -->", re.S)
+MARKER = re.compile(r"<!-- ([a-z0-9_-]+):begin -->\n(.*?)<!-- \1:end -->", re.DOTALL)
+VALUE = re.compile(r"<!-- value (.+?) -->(.*?)<!-- /value -->", re.DOTALL)
+RECORDED = re.compile(r"<!-- recorded: (.+?) -->(.*?)<!-- /recorded -->", re.DOTALL)
 
 
 def generate(spec: Spec, name: str) -> str:
@@ -223,8 +223,8 @@ _ITEM = r"\d+(?:\.\d+)?(?:e[+-]?\d+)?"
 NAME = re.compile(rf"\b(?:[Ss]tages?|[Ss]eeds?|[Ii]terations?)\s+{_ITEM}(?:(?:\s*,\s*|\s+and\s+|-){_ITEM})*"
                   rf"|(?:\b(?:lr|top-[pk])|\bT)\s+{_ITEM}|\b(?:[Ss]eed|[Ii]teration)-\d+\b|\bt 95 %")
 PROSE_NUMBER = re.compile(r"(?<![\w.])[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w])")
-_FENCE = re.compile(r"^```.*?^```[^\n]*$", re.S | re.M)
-_SKIPPED = [MARKER, _FENCE, VALUE, RECORDED, re.compile(r"<!--.*?-->", re.S), re.compile(r"`[^`\n]*`"),
+_FENCE = re.compile(r"^```.*?^```[^\n]*$", re.DOTALL | re.MULTILINE)
+_SKIPPED = [MARKER, _FENCE, VALUE, RECORDED, re.compile(r"<!--.*?-->", re.DOTALL), re.compile(r"`[^`\n]*`"),
             re.compile(r"\]\([^)\s]*\)")]
 
 
@@ -233,11 +233,11 @@ def _section(text: str, heading: str) -> tuple[int, int]:
     above); the whole text for ``"all"``."""
     if heading == "all":
         return 0, len(text)
-    m = re.search(rf"^{re.escape(heading)}\s*$", text, re.M)
+    m = re.search(rf"^{re.escape(heading)}\s*$", text, re.MULTILINE)
     if m is None:
         raise ValueError(f"no section {heading!r}")
     level = len(heading) - len(heading.lstrip("#"))
-    nxt = re.compile(rf"^#{{1,{level}}} ", re.M).search(text, m.end())
+    nxt = re.compile(rf"^#{{1,{level}}} ", re.MULTILINE).search(text, m.end())
     return m.start(), nxt.start() if nxt else len(text)
 
 

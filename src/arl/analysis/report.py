@@ -89,11 +89,12 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         plots.insert(1 if bars is not None else 0, by_type)
     parts = [
         f"# Report: {multirun.name}",
-        f"{len(runs)} runs from `{shown_path(multirun)}`. Success is the validation success rate "
-        "(`val/success_rate`: sampled as the paper's scripts, greedy where a run set `rollout.val_temperature=0`); start success is its first validation (before RL), the gain is final minus "
-        "start; steps to collapse is the first iteration the collapse detector fired.",
-        *([f"{n_bc} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
-           "policy; they are not in the curves."] if n_bc else []),
+        (f"{len(runs)} runs from `{shown_path(multirun)}`. Success is the validation success rate "
+         "(`val/success_rate`: sampled as the paper's scripts, greedy where a run set "
+         "`rollout.val_temperature=0`); start success is its first validation (before RL), the gain is final minus "
+         "start; steps to collapse is the first iteration the collapse detector fired."),
+        *([(f"{n_bc} behaviour-cloning run(s) (`bc_results.json`): start is the untrained model, final the cloned "
+            "policy; they are not in the curves.")] if n_bc else []),
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         validation_line(runs),
         "## Runs",

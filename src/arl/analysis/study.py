@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
 
 from arl.analysis.contrasts import Contrast, holm, paired_p, plural
 from arl.analysis.runs import Run, event_files, find_runs, read_config, seed_of, values_by_setting
@@ -92,7 +92,7 @@ class Study:
     family: list[str] = field(default_factory=list)
     measures: list[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
-    peers: list["Study"] = field(default_factory=list, repr=False)  # the spec's studies, this one among them
+    peers: list[Study] = field(default_factory=list, repr=False)  # the spec's studies, this one among them
 
     @property
     def short(self) -> str:
@@ -292,7 +292,7 @@ class Study:
         contrasts = ", ".join(self.contrast_name(c) for c in dict.fromkeys(c for c, _ in tests))
         return f"{plural(len(tests), 'test')} ({contrasts} on {names})"
 
-    def contrast(self, spec: str, measure: str, seeds: set[str] | None = None) -> "Contrast":
+    def contrast(self, spec: str, measure: str, seeds: set[str] | None = None) -> Contrast:
         per_seed = contrast_values(parse_contrast(spec), self.by_setting(measure, seeds))
         tests = list(dict.fromkeys([*self.tests_for(measure), (spec, measure)]))
         ps = [paired_p(list(contrast_values(parse_contrast(c), self.by_setting(m, seeds)).values()))

@@ -11,7 +11,7 @@ test (:func:`collapse_tests`). The cells' formats (:func:`format_mean_ci`, :func
 from __future__ import annotations
 
 import statistics
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from arl.analysis.runs import Run, kl_tag, setting_terms, settings, values_by_setting
 from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci
@@ -132,7 +132,7 @@ def group_table(runs: Iterable[Run]) -> str:
             "collapsed (first iteration)", "peak KL", "clip fraction", "valid-action ratio"]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for name, members in settings(runs).items():
-        def vals(fn):
+        def vals(fn, members=members):
             return [v for v in (fn(r) for r in members) if v is not None]
 
         finals = vals(lambda r: r.final("val/success_rate"))

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import shlex
 import statistics
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from arl.analysis.contrasts import fmt_p
 from arl.analysis.games import games_by_setting

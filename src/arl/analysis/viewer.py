@@ -194,7 +194,7 @@ def find_chromium() -> str | None:
         if not path:
             continue
         try:
-            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False)
         except (OSError, subprocess.TimeoutExpired):
             continue
         if out.returncode == 0 and "chrom" in out.stdout.lower():

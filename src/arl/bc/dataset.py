@@ -15,8 +15,8 @@ import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from arl.agent.records import Episode, Turn
 

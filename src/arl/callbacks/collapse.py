@@ -88,9 +88,10 @@ class CollapseDetector(Callback):
         if self.kl_threshold is not None and k is not None and (not _finite(k) or k > self.kl_threshold):
             events.append(("kl", f"{self.kl_key} {k:.4g} > {self.kl_threshold:g}"))
         v = metrics.get("rollout/valid_action_ratio")
-        if self.valid_drop is not None and v is not None and self.valid_peak >= self.valid_min_peak:
-            if v < self.valid_drop * self.valid_peak:
-                events.append(("valid_action", f"valid_action_ratio {v:.3f} < {self.valid_drop:g} x peak {self.valid_peak:.3f}"))
+        if (self.valid_drop is not None and v is not None and self.valid_peak >= self.valid_min_peak
+                and v < self.valid_drop * self.valid_peak):
+            events.append(("valid_action",
+                           f"valid_action_ratio {v:.3f} < {self.valid_drop:g} x peak {self.valid_peak:.3f}"))
         return events
 
     def observe(self, metrics: dict[str, float]) -> None:
@@ -178,7 +179,7 @@ class CollapseDetector(Callback):
 
 
 def _finite(x: float) -> bool:
-    return x == x and abs(x) != float("inf")
+    return x == x and abs(x) != float("inf")  # noqa: PLR0124 - x == x is False for NaN only
 
 
 def _detach_copy(tree):

@@ -100,9 +100,9 @@ def index_batch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, 
     out = {k: v[idx] for k, v in batch.items()}
     if "attention_mask" in out and out["attention_mask"].numel():
         width = int(out["attention_mask"].sum(-1).max().item())
-        for k in out:
-            if out[k].dim() == 2:
-                out[k] = out[k][:, :width]
+        for k, v in out.items():
+            if v.dim() == 2:
+                out[k] = v[:, :width]
     return out
 
 

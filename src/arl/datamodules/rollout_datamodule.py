@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,7 @@ GroupFilter = Callable[..., Any]  # (returns=, group_ids=, valid_ratio=) -> arl.
 
 
 class _TrainStream(IterableDataset):
-    def __init__(self, dm: "RolloutDataModule"):
+    def __init__(self, dm: RolloutDataModule):
         self.dm = dm
 
     def __iter__(self) -> Iterator[RolloutBatch]:
@@ -119,7 +120,7 @@ def validation_episodes(
 
 
 class _ValStream(IterableDataset):
-    def __init__(self, dm: "RolloutDataModule"):
+    def __init__(self, dm: RolloutDataModule):
         self.dm = dm
 
     def __iter__(self) -> Iterator[ValidationBatch]:

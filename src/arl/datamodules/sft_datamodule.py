@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from lightning import LightningDataModule
@@ -51,7 +51,7 @@ class SFTDataModule(LightningDataModule):
             raise ValueError("bc.repeat_turns repeats turn samples; with rollout.sample_mode=trajectory an "
                              "episode is one sample: set bc.repeat_turns.pattern=null")
         eps = [e for e in episodes if e.won or keep_failed]
-        n_val = int(round(len(eps) * val_fraction))
+        n_val = round(len(eps) * val_fraction)
         self.val_samples: list[TokenSample] = build_samples(eps[:n_val], sample_mode)[0]
         train = build_samples(eps[n_val:], sample_mode)[0]
         self.repeated = 0  # training turns the pattern found
@@ -177,7 +177,7 @@ class GlobalBatchShares(Sampler):
         self.rank, self.world = int(rank), int(world)
 
     def __len__(self) -> int:
-        return -(-len(self.tokens) // self.batch_size)
+        return -(-len(self.tokens) // self.batch_size)  # noqa: PLE0303 - ceil(len / batch_size), >= 0
 
     def __iter__(self) -> Iterator[list[tuple[int, float, int]]]:
         # one pass of `order`, consumed as torch's BatchSampler consumes it under a Trainer that stops

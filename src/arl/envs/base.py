@@ -11,8 +11,9 @@ turns an episode may take.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 INFO_KEYS = ("task", "task_type", "admissible_actions", "won", "score", "anchor")
 

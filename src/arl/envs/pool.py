@@ -33,8 +33,9 @@ import multiprocessing as mp
 import signal
 import time
 import traceback
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import Any
 
 from arl.envs.base import EnvSpec, StepResult
 from arl.envs.registry import env_class, env_path
@@ -84,7 +85,7 @@ class _Slots:
         if env is not None:
             try:
                 env.close()
-            except Exception:  # closing a broken env is best effort
+            except Exception:  # noqa: BLE001, S110 - closing a broken env is best effort
                 pass
 
     def reset(self, items: Sequence[tuple[int, int]]) -> list[tuple[int, str, dict, str]]:
@@ -95,9 +96,9 @@ class _Slots:
             try:
                 env = self.cls(**self.env_kwargs)
                 self.envs[slot] = env
-                obs, info = _call_with_timeout(lambda: env.reset(int(seed)), self.timeout)
+                obs, info = _call_with_timeout(lambda env=env, seed=seed: env.reset(int(seed)), self.timeout)
                 out.append((slot, obs, info, ""))
-            except BaseException as exc:  # noqa: BLE001 - any env failure loses only this slot
+            except BaseException as exc:  # any env failure loses only this slot
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 self._drop(slot)
@@ -113,9 +114,9 @@ class _Slots:
                 out.append((slot, _failed_step(), f"slot {slot} has no environment (lost earlier)"))
                 continue
             try:
-                result = _call_with_timeout(lambda: env.step(action), self.timeout)
+                result = _call_with_timeout(lambda env=env, action=action: env.step(action), self.timeout)
                 out.append((slot, result, ""))
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 self._drop(slot)
@@ -136,8 +137,8 @@ class _Slots:
                 continue
             try:
                 fn = _import_function(fn_path)
-                out.append((slot, _call_with_timeout(lambda: fn(env), self.timeout), ""))
-            except BaseException as exc:  # noqa: BLE001
+                out.append((slot, _call_with_timeout(lambda fn=fn, env=env: fn(env), self.timeout), ""))
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 out.append((slot, None, _describe(exc, fn_path)))
@@ -266,7 +267,7 @@ class EnvPool:
         self.spec: EnvSpec = probe.spec
         try:
             probe.close()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - the probe only read the spec: closing it is best effort
             pass
         self.errors = 0  # slots lost to env errors, timeouts and worker deaths (cumulative)
         self._local = _Slots(self.path, self.env_kwargs, None) if self.n_workers == 0 else None
@@ -503,5 +504,5 @@ class EnvPool:
         try:
             for worker in self._workers:
                 worker.kill()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - best effort at interpreter exit
             pass

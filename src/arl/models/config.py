@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from arl.utils.config import ConfigError, container, typed_section
 from arl.utils.schema import (

@@ -17,9 +17,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from arl.models.folders import build_once, save_folder_atomically
 

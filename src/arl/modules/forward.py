@@ -67,7 +67,7 @@ def _accepts_logits_to_keep(model) -> bool:
     return _forward_takes_logits_to_keep(type(inner))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_takes_logits_to_keep(cls: type) -> bool:
     try:
         return "logits_to_keep" in inspect.signature(cls.forward).parameters

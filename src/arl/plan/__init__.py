@@ -14,15 +14,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from arl.models.config import ModelSettings, model_settings
-from arl.rollout.vllm_config import VLLMSettings, vllm_settings
-from arl.utils.fsdp import loads_on_rank0
 from arl.plan.memory import (
     GIB,
     KNOWN_ARCHITECTURES,
@@ -37,6 +36,8 @@ from arl.plan.memory import (
     verdict_line,
     vllm_minimum_bytes,
 )
+from arl.rollout.vllm_config import VLLMSettings, vllm_settings
+from arl.utils.fsdp import loads_on_rank0
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype, rl.reference_dtype
 

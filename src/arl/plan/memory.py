@@ -27,8 +27,8 @@ What the numbers rest on (each constant below says where it comes from):
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping
 
 GIB = 2**30
 FP32 = 4
@@ -808,20 +808,21 @@ def verdict_line(plan: MemoryPlan, capacity_source: str = "") -> str:
 
 
 __all__ = [
+    "BC_LOGIT_COPIES",
     "CUDA_CONTEXT_BYTES",
-    "NCCL_BYTES",
     "FSDP_BLOCKS_IN_FLIGHT",
     "GIB",
     "KNOWN_ARCHITECTURES",
     "LOGIT_COPIES",
-    "BC_LOGIT_COPIES",
-    "bc_setup",
+    "NCCL_BYTES",
     "Architecture",
     "Change",
     "MemoryPlan",
     "Row",
     "Setup",
     "architecture_from_hf_config",
+    "bc_phase_bytes",
+    "bc_setup",
     "block_activation_bytes",
     "block_backward_bytes",
     "compute_copy_bytes",
@@ -831,13 +832,12 @@ __all__ = [
     "gradient_bytes",
     "hf_engine_bytes",
     "kept_activation_bytes",
-    "logits_bytes",
     "logit_rows",
+    "logits_bytes",
     "make_plan",
     "optimizer_bytes",
     "outside_activation_bytes",
     "reference_bytes",
-    "bc_phase_bytes",
     "suggestions",
     "trained_params",
     "verdict_line",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -132,27 +133,27 @@ class LazyEngine:
             self._factory = None  # it holds the module it was built from, which training may shard and replace
         return self.engine
 
-    def generate(self, prompts, params, seeds=None):  # noqa: D102 - see RolloutEngine
+    def generate(self, prompts, params, seeds=None):  # see RolloutEngine
         return self.start().generate(prompts, params, seeds=seeds)
 
-    def sync(self, policy) -> None:  # noqa: D102 - see RolloutEngine
+    def sync(self, policy) -> None:  # see RolloutEngine
         self.start().sync(policy)
 
     @property
-    def max_batch_size(self) -> int:  # noqa: D102 - see StreamingEngine
+    def max_batch_size(self) -> int:  # see StreamingEngine
         return self.start().max_batch_size
 
-    def submit(self, key, prompt, params, seed) -> None:  # noqa: D102 - see StreamingEngine
+    def submit(self, key, prompt, params, seed) -> None:  # see StreamingEngine
         self.start().submit(key, prompt, params, seed)
 
-    def poll(self):  # noqa: D102 - see StreamingEngine
+    def poll(self):  # see StreamingEngine
         return self.start().poll()
 
     @property
-    def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
+    def in_flight(self) -> int:  # see StreamingEngine
         return 0 if self.engine is None else self.engine.in_flight
 
-    def abort(self) -> None:  # noqa: D102 - see StreamingEngine
+    def abort(self) -> None:  # see StreamingEngine
         if self.engine is not None:
             self.engine.abort()
 

@@ -13,7 +13,7 @@ otherwise generate on the CPU of a GPU machine.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -75,21 +75,21 @@ class HFEngine:
             self._stream = RefillDecoder(self.model, self.tokenizer, self.eos_ids, self.max_batch_size, self.device)
         return self._stream
 
-    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:  # noqa: D102 - StreamingEngine
+    def submit(self, key, prompt: Sequence[int], params: SamplingParams, seed: int) -> None:  # see StreamingEngine
         self.stream.submit(key, prompt, params, seed)
 
-    def poll(self) -> list[tuple[object, Generation]]:  # noqa: D102 - see StreamingEngine
+    def poll(self) -> list[tuple[object, Generation]]:  # see StreamingEngine
         return self.stream.poll()
 
     @property
-    def in_flight(self) -> int:  # noqa: D102 - see StreamingEngine
+    def in_flight(self) -> int:  # see StreamingEngine
         return 0 if self._stream is None else self._stream.in_flight
 
-    def abort(self) -> None:  # noqa: D102 - see StreamingEngine
+    def abort(self) -> None:  # see StreamingEngine
         if self._stream is not None:
             self._stream.reset()
 
-    def sync(self, policy) -> None:  # noqa: D102 - shares the trainer's module
+    def sync(self, policy) -> None:  # shares the trainer's module
         if policy is not self.model:
             self.model.load_state_dict(policy.state_dict())
 
@@ -159,17 +159,17 @@ class HFEngine:
             attention_mask[i, width - len(p) :] = 1
         stop_ids, stop_strings = self._stop_token_ids(params.stop)
         greedy = params.temperature <= 0
-        kwargs = dict(
-            max_new_tokens=params.max_new_tokens,
-            min_new_tokens=params.min_new_tokens or None,
-            do_sample=not greedy,
-            eos_token_id=self.eos_ids + stop_ids,
-            pad_token_id=self.pad_id,
-            output_logits=True,
-            return_dict_in_generate=True,
-            cache_implementation=self.cache,
-            disable_compile=True,  # a static cache would otherwise compile the forward on a GPU, per batch shape
-        )
+        kwargs = {
+            "max_new_tokens": params.max_new_tokens,
+            "min_new_tokens": params.min_new_tokens or None,
+            "do_sample": not greedy,
+            "eos_token_id": self.eos_ids + stop_ids,
+            "pad_token_id": self.pad_id,
+            "output_logits": True,
+            "return_dict_in_generate": True,
+            "cache_implementation": self.cache,
+            "disable_compile": True,  # a static cache would otherwise compile the forward on a GPU, per batch shape
+        }
         if greedy:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         else:

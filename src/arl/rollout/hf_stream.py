@@ -28,8 +28,9 @@ the transformers engine: temperature, then top-k, then top-p (transformers' warp
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -8,8 +8,9 @@ to ``vllm.LLM`` as it is, so any vLLM argument can be set without a change here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from arl.utils.config import container, typed_section
 from arl.utils.schema import (

@@ -337,7 +337,7 @@ def hub_snapshot(name: str, cache_dir: str | Path | None = None) -> Path | None:
         return None
     try:
         found = try_to_load_from_cache(name, "config.json", cache_dir=cache_dir)
-    except Exception:  # an id the cache helper rejects is simply not cached
+    except Exception:  # noqa: BLE001 - an id the cache helper rejects is simply not cached
         return None
     return Path(found).parent if isinstance(found, str) else None
 
@@ -726,11 +726,11 @@ class VLLMEngine:
 __all__ = [
     "VLLMEngine",
     "finish_reason",
+    "free_accelerator_cache",
     "hf_weight_name",
+    "hub_snapshot",
     "iter_hf_weights",
     "llm_kwargs",
-    "free_accelerator_cache",
-    "hub_snapshot",
     "model_folder",
     "rank_placement",
     "sampling_kwargs",

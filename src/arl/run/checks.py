@@ -9,7 +9,8 @@ folder) stops with what is missing (:func:`check_machine`). ``src/train.py`` cal
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -195,7 +196,7 @@ def _check_vllm(c: dict[str, Any]) -> None:
 
     try:
         import vllm
-    except Exception as err:  # ImportError, or an OSError from a shared library
+    except Exception as err:  # noqa: BLE001 - ImportError, or an OSError from a shared library
         raise ConfigError(
             f"rollout=vllm: `import vllm` fails ({type(err).__name__}: {str(err)[:300]}); fix the install, or use "
             "rollout=hf"
@@ -313,10 +314,10 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     for key, value in (("init_from", model.init_from), ("path", model.path)):
         if not value:
             continue
-        if key == "init_from" or _looks_like_a_folder(value):
-            if not Path(value).expanduser().exists():
-                what = "an HF folder to start from" if key == "init_from" else "a local folder (a hub id is written org/name)"
-                raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
+        if (key == "init_from" or _looks_like_a_folder(value)) and not Path(value).expanduser().exists():
+            what = ("an HF folder to start from" if key == "init_from"
+                    else "a local folder (a hub id is written org/name)")
+            raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
     env_kwargs = (c.get("env") or {}).get("kwargs") or {}
     for key, value in env_kwargs.items():
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():

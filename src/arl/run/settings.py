@@ -23,10 +23,10 @@ from typing import Any
 from arl.agent.loop import SCHEDULES
 from arl.agent.samples import SAMPLE_MODES
 from arl.models.config import ModelSettings, without_missing_path
+from arl.plan.memory import ENGINES
 from arl.rollout.hf_engine import HF_CACHES
 from arl.rollout.vllm_config import VLLM_BLOCK, VLLMSettings
 from arl.utils.config import ConfigError, container, typed_section
-from arl.plan.memory import ENGINES
 from arl.utils.schema import (
     BOOLEAN,
     INSTANTIABLE,

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+
 def container(cfg: Any) -> dict[str, Any]:
     """The config as plain containers (resolved); a mapping passes through as a dict."""
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)  # type: ignore[return-value]

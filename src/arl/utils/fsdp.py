@@ -18,7 +18,8 @@ In both, the rollout engine keeps its own unsharded copy of the policy, refreshe
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn

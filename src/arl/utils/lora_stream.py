@@ -10,7 +10,8 @@ stream. :func:`lora_scalings` reads the per-layer scale from the peft model.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 # Wrapper segments that sharding, compile and checkpointing insert into parameter names.
 WRAPPER_SEGMENTS = ("_fsdp_wrapped_module", "_orig_mod", "_checkpoint_wrapped_module")

@@ -34,8 +34,8 @@ it finds).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 LAUNCHERS = ("torchrun", "lightning", "srun", "single")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Mapping, Sequence
 from itertools import combinations_with_replacement
-from typing import Mapping, Sequence
 
 # two-sided 95 % quantiles of Student's t by degrees of freedom (1.96 beyond the table)
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,

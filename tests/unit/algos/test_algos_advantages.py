@@ -366,9 +366,9 @@ def test_shared_anchor_fraction_is_where_gigpo_step_part_can_be_nonzero(pairs):
         counts[p] = counts.get(p, 0) + 1
     assert frac == pytest.approx(sum(counts[p] > 1 for p in pairs) / n)
     # every turn its own episode with reward = its index: a lone turn's step part is 0
-    turns = dict(step_rewards=torch.arange(n, dtype=torch.float64), episode_ids=torch.arange(n),
-                 turn_idx=torch.zeros(n, dtype=torch.long), group_ids=g, anchor_keys=a,
-                 valid=torch.ones(n, dtype=torch.bool), gamma=1.0)
+    turns = {"step_rewards": torch.arange(n, dtype=torch.float64), "episode_ids": torch.arange(n),
+             "turn_idx": torch.zeros(n, dtype=torch.long), "group_ids": g, "anchor_keys": a,
+             "valid": torch.ones(n, dtype=torch.bool), "gamma": 1.0}
     step = gigpo(**turns, step_weight=1.0) - gigpo(**turns, step_weight=0.0)
     assert float((step.abs() > 1e-9).double().mean()) <= frac + 1e-12
 

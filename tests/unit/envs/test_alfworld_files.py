@@ -10,11 +10,11 @@ import pytest
 pytest.importorskip("alfworld")
 pytest.importorskip("textworld")
 
-from arl.agent.experts import get_expert  # noqa: E402
-from arl.agent.parsing import parse_response  # noqa: E402
-from arl.envs.alfworld.env import AlfWorldEnv  # noqa: E402
-from arl.envs.alfworld.gen.games import GeneratorConfig, ensure_game  # noqa: E402
-from arl.envs.base import VAL_SEED_BASE  # noqa: E402
+from arl.agent.experts import get_expert
+from arl.agent.parsing import parse_response
+from arl.envs.alfworld.env import AlfWorldEnv
+from arl.envs.alfworld.gen.games import GeneratorConfig, ensure_game
+from arl.envs.base import VAL_SEED_BASE
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_a_single_game_file_plays_to_a_win(user_games):
     env = AlfWorldEnv(games=str(game))
     try:
         assert env.source == "files" and {env.game_for_seed(s) for s in (0, 5, VAL_SEED_BASE)} == {str(game.resolve())}
-        obs, info = env.reset(0)
+        _obs, info = env.reset(0)
         assert info["task"] and info["admissible_actions"]
         assert _play_expert(env, 0)["won"]
     finally:

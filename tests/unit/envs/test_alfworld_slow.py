@@ -33,7 +33,7 @@ def test_200_generated_games_expert_wins_all_random_rarely():
     for seed in range(N_GAMES):
         _, info = env.reset(seed)
         types[info["task_type"]] += 1
-        for step in range(1, env.max_steps + 1):
+        for step in range(1, env.max_steps + 1):  # noqa: B007 - read after the loop
             parsed = parse_response(expert_response(env), info["admissible_actions"])
             assert parsed.valid
             result = env.step(parsed.action)

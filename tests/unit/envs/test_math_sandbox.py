@@ -29,13 +29,13 @@ from arl.envs.math_tool.sandbox import Sandbox, SandboxConfig, SandboxResult, se
 
 HAVE_BWRAP = shutil.which("bwrap") is not None and Sandbox(use_bwrap=None).bwrap_available()
 ROOT = os.geteuid() == 0
-FAST = dict(timeout_s=3.0, cpu_time_s=2)
+FAST = {"timeout_s": 3.0, "cpu_time_s": 2}
 
 MODES = {
-    "bwrap": dict(use_bwrap=True),
-    "fallback": dict(use_bwrap=False),
-    "bwrap_only": dict(use_bwrap=True, seccomp=False, landlock=False),
-    "rlimits_only": dict(use_bwrap=False, seccomp=False, landlock=False),
+    "bwrap": {"use_bwrap": True},
+    "fallback": {"use_bwrap": False},
+    "bwrap_only": {"use_bwrap": True, "seccomp": False, "landlock": False},
+    "rlimits_only": {"use_bwrap": False, "seccomp": False, "landlock": False},
 }
 # the two configurations that run for real (bwrap when installed, else the fallback); the two
 # reduced modes are tested where their guarantees differ, not for the plain rlimit cases

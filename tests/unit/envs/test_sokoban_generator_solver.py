@@ -54,10 +54,10 @@ def test_default_levels_all_solved():
 @pytest.mark.parametrize(
     "settings, num_boxes",
     [
-        (dict(dim_room=(7, 7), num_boxes=2), 2),
-        (dict(internal_walls=3), 1),
-        (dict(dim_room=(7, 7), num_boxes=2, internal_walls=4, search_depth=50), 2),
-        (dict(dim_room=(8, 8), num_boxes=3, internal_walls=4, search_depth=60), 3),
+        ({"dim_room": (7, 7), "num_boxes": 2}, 2),
+        ({"internal_walls": 3}, 1),
+        ({"dim_room": (7, 7), "num_boxes": 2, "internal_walls": 4, "search_depth": 50}, 2),
+        ({"dim_room": (8, 8), "num_boxes": 3, "internal_walls": 4, "search_depth": 60}, 3),
     ],
 )
 def test_other_settings_solved(settings, num_boxes):

@@ -37,11 +37,11 @@ SHOE = Product(
 
 
 def _goal(attributes, options, price_upper=40.0, **kw) -> Goal:
-    fields = dict(
-        asin=SHOE.asin, instruction_text="i need running shoes", attributes=tuple(attributes),
-        goal_options=tuple(options), price_upper=price_upper, name=SHOE.title, query=SHOE.query,
-        category="fashion", product_category=PATH,
-    )
+    fields = {
+        "asin": SHOE.asin, "instruction_text": "i need running shoes", "attributes": tuple(attributes),
+        "goal_options": tuple(options), "price_upper": price_upper, "name": SHOE.title, "query": SHOE.query,
+        "category": "fashion", "product_category": PATH,
+    }
     fields.update(kw)
     return Goal(**fields)
 

@@ -13,9 +13,9 @@ import pytest
 from arl.plan import PlanError, resolve_architecture
 from arl.plan.memory import (
     CUDA_CONTEXT_BYTES,
-    NCCL_BYTES,
     GIB,
     KNOWN_ARCHITECTURES,
+    NCCL_BYTES,
     Architecture,
     Setup,
     architecture_from_hf_config,

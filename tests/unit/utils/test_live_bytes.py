@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -62,5 +64,5 @@ def test_the_peak_of_a_chain_is_the_largest_adjacent_pair(sizes):
         y = torch.zeros(sizes[0])
         for n in sizes[1:]:
             y = torch.zeros(n) + y.sum()
-    pairs = [sizes[0]] + [a + 2 * b + 1 for a, b in zip(sizes, sizes[1:])]
+    pairs = [sizes[0]] + [a + 2 * b + 1 for a, b in itertools.pairwise(sizes)]
     assert c.peak_bytes == max(pairs) * F32

@@ -30,9 +30,9 @@ def test_share_divides_the_cores(cores, processes, expected):
 def _registered_sleeper(folder):
     """A second process that registers in ``folder`` and waits (as a run beside this one would)."""
     code = (
-        "import sys, time; sys.path.insert(0, %r); from arl.utils.threads import ThreadRegistry; "
-        "r = ThreadRegistry(%r); r.register(); print('ready', flush=True); time.sleep(60)"
-    ) % (str(ROOT / "src"), str(folder))
+        "import sys, time; sys.path.insert(0, {!r}); from arl.utils.threads import ThreadRegistry; "
+        "r = ThreadRegistry({!r}); r.register(); print('ready', flush=True); time.sleep(60)"
+    ).format(str(ROOT / "src"), str(folder))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
@@ -135,10 +135,10 @@ def test_entry_points_register_and_leave(tmp_path):
     """src/train.py under threads=auto registers itself while it runs and removes its entry at exit."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     code = (
-        "import sys, os; sys.path.insert(0, %r); from arl.utils import threads as th; "
-        "n = th.configure_threads('auto', th.ThreadRegistry(%r)); "
-        "print(n, os.path.exists(os.path.join(%r, str(os.getpid()))))"
-    ) % (str(ROOT / "src"), str(tmp_path), str(tmp_path))
+        "import sys, os; sys.path.insert(0, {!r}); from arl.utils import threads as th; "
+        "n = th.configure_threads('auto', th.ThreadRegistry({!r})); "
+        "print(n, os.path.exists(os.path.join({!r}, str(os.getpid()))))"
+    ).format(str(ROOT / "src"), str(tmp_path), str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     n, registered = out.stdout.split()

@@ -29,9 +29,8 @@ def test_nests_and_the_outer_includes_the_inner():
 
 def test_records_when_the_block_raises_or_returns():
     times: dict[str, float] = {}
-    with pytest.raises(RuntimeError):
-        with timed(times, "failed"):
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), timed(times, "failed"):
+        raise RuntimeError("boom")
 
     def early() -> int:
         with timed(times, "returned"):

@@ -14,13 +14,13 @@ from arl.envs.math_tool.prompt import render_compact_prompt, render_prompt
 from arl.envs.math_tool.sandbox import Sandbox, SandboxConfig, SandboxResult
 
 __all__ = [
+    "TEMPLATES",
     "MathRecord",
     "MathToolEnv",
     "Problem",
     "Sandbox",
     "SandboxConfig",
     "SandboxResult",
-    "TEMPLATES",
     "expert_response",
     "extract_code",
     "generate_problem",

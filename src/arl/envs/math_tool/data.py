@@ -38,7 +38,7 @@ SUBJECT_KEYS = ("subject", "type", "category")
 VERL_KEYS = ("prompt", "reward_model")  # verl / verl-agent: chat messages, {ground_truth, style}
 FLAT_KEYS = (("question", "gt_answer"), ("question", "answer"), ("problem", "answer"))
 KEPT_KEYS = ("data_source", "extra_info")  # kept with each record (the episode info)
-_CACHE: dict[tuple, tuple["MathRecord", ...]] = {}
+_CACHE: dict[tuple, tuple[MathRecord, ...]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
@@ -217,4 +217,4 @@ def split_indices(n: int, split: str = "train", val_fraction: float = 0.1, split
     return sorted(chosen)
 
 
-__all__ = ["MathRecord", "SPLITS", "load_records", "split_indices"]
+__all__ = ["SPLITS", "MathRecord", "load_records", "split_indices"]

@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
 from arl.envs.math_tool.data import MathRecord, load_records, split_indices
@@ -45,7 +46,7 @@ MSG_BAD_BOX = "The \\boxed{ answer has no closing brace. Write the final answer 
 MSG_EMPTY_CODE = "The ```python block is empty."
 MSG_NO_TURNS = "No turns left."
 
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)(?![\w])[ \t]*\n?(.*?)(?:```|\Z)", re.S | re.I)
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)(?![\w])[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
@@ -386,9 +387,9 @@ class MathToolEnv:
 
 __all__ = [
     "INVALID_ACTION",
-    "MathToolEnv",
     "RUN_CACHE",
     "START_OBSERVATION",
+    "MathToolEnv",
     "ToolAction",
     "ToolRun",
     "extract_code",

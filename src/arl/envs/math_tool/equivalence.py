@@ -43,16 +43,16 @@ WORKER_MEMORY_MB = 2048
 
 # --- normalisation -----------------------------------------------------------------------------
 _WRAPPERS = (
-    (re.compile(r"^\$\$(.*)\$\$$", re.S), 1),
-    (re.compile(r"^\$(.*)\$$", re.S), 1),
-    (re.compile(r"^\\\((.*)\\\)$", re.S), 1),
-    (re.compile(r"^\\\[(.*)\\\]$", re.S), 1),
+    (re.compile(r"^\$\$(.*)\$\$$", re.DOTALL), 1),
+    (re.compile(r"^\$(.*)\$$", re.DOTALL), 1),
+    (re.compile(r"^\\\((.*)\\\)$", re.DOTALL), 1),
+    (re.compile(r"^\\\[(.*)\\\]$", re.DOTALL), 1),
 )
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _SPACING = re.compile(r"(?<!\\)\\[,;:! ]|\\q?quad\b|~")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right|big|Big|bigg|Bigg)(?![a-zA-Z])\s*")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\circ|°|\\degree")
-_TRAILING_TEXT = re.compile(r"^(.*?[\d}).])\s*\\(?:text|textbf|mbox|mathrm)\{\s*[^{}]*\}$", re.S)
+_TRAILING_TEXT = re.compile(r"^(.*?[\d}).])\s*\\(?:text|textbf|mbox|mathrm)\{\s*[^{}]*\}$", re.DOTALL)
 _UNIT_WORD = re.compile(r"^([+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+))\s*([a-zA-Z]{2,})[a-zA-Z .]*$")
 _NOT_UNITS = {"pi", "sqrt", "inf", "infinity", "or", "and", "to", "times", "over", "cdot"}
 _NOT_UNITS |= {"ln", "log", "sin", "cos", "tan", "exp"}
@@ -248,9 +248,8 @@ class _LibraryChecker:
         with self._lock:
             if self._proc is not None and self._owner != os.getpid():
                 self._proc = None  # inherited through fork: the pipes belong to the parent
-            if self._proc is None or self._proc.poll() is not None:
-                if not self._start():
-                    return False
+            if (self._proc is None or self._proc.poll() is not None) and not self._start():
+                return False
             proc = self._proc
             try:
                 proc.stdin.write((json.dumps(payload) + "\n").encode())
@@ -298,12 +297,12 @@ def _kill(proc: subprocess.Popen) -> None:
     try:
         proc.kill()
         proc.wait(timeout=5)
-    except Exception:  # best effort
+    except Exception:  # noqa: BLE001, S110 - best effort
         pass
     for pipe in (proc.stdin, proc.stdout):
         try:
             pipe.close()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - best effort, as the kill
             pass
 
 

@@ -19,9 +19,9 @@ Templates (``task_type`` in brackets):
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Sequence
 
 NAMES = ("Mia", "Tom", "Ana", "Leo", "Sara", "Ben", "Nora", "Omar", "Lily", "Sam")
 
@@ -274,4 +274,4 @@ def generate_problem(seed: int | str, templates: Sequence[str] | None = None) ->
     return TEMPLATES[template](rng)
 
 
-__all__ = ["NAMES", "Problem", "TEMPLATES", "check_templates", "generate_problem", "latex_number"]
+__all__ = ["NAMES", "TEMPLATES", "Problem", "check_templates", "generate_problem", "latex_number"]

@@ -209,14 +209,14 @@ _SELF = -1  # placeholder for the sandboxed process id, filled in by the prelude
 
 # Per architecture: the audit arch, the clone/clone3/kill-like numbers, the simply denied calls.
 _ARCHES: dict[str, dict[str, Any]] = {
-    "x86_64": dict(
-        audit=0xC000003E,
-        x32_bit=True,
-        capset=126,
-        clone=56,
-        clone3=435,
-        kill=(62, 200, 234),  # kill, tkill, tgkill: allowed only towards the process itself
-        deny=(
+    "x86_64": {
+        "audit": 0xC000003E,
+        "x32_bit": True,
+        "capset": 126,
+        "clone": 56,
+        "clone3": 435,
+        "kill": (62, 200, 234),  # kill, tkill, tgkill: allowed only towards the process itself
+        "deny": (
             41, 53,  # socket, socketpair
             57, 58, 59, 322,  # fork, vfork, execve, execveat
             101, 310, 311,  # ptrace, process_vm_readv/writev
@@ -230,15 +230,15 @@ _ARCHES: dict[str, dict[str, Any]] = {
             188, 189, 190, 197, 198, 199, 133, 259,  # xattr writes, mknod
             323, 300, 425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 135,  # misc
         ),
-    ),
-    "aarch64": dict(
-        audit=0xC00000B7,
-        x32_bit=False,
-        capset=91,
-        clone=220,
-        clone3=435,
-        kill=(129, 130, 131),
-        deny=(
+    },
+    "aarch64": {
+        "audit": 0xC00000B7,
+        "x32_bit": False,
+        "capset": 91,
+        "clone": 220,
+        "clone3": 435,
+        "kill": (129, 130, 131),
+        "deny": (
             198, 199,  # socket, socketpair
             221, 281,  # execve, execveat
             117, 270, 271,  # ptrace, process_vm_readv/writev
@@ -252,7 +252,7 @@ _ARCHES: dict[str, dict[str, Any]] = {
             5, 6, 7, 14, 15, 16, 33,
             282, 262, 425, 426, 427, 428, 429, 430, 431, 432, 433, 442, 92,
         ),
-    ),
+    },
 }
 _MACHINE_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -356,7 +356,7 @@ class SandboxConfig:
                 raise ValueError(f"sandbox {name} must be >= 1, got {getattr(self, name)}")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None) -> "SandboxConfig":
+    def from_dict(cls, values: dict[str, Any] | None) -> SandboxConfig:
         """Build from a plain mapping (e.g. a Hydra node); unknown keys are a clear error."""
         values = dict(values or {})
         known = {f.name for f in fields(cls)}

@@ -10,8 +10,8 @@ from arl.envs.sokoban.solver import solve
 
 __all__ = [
     "ACTIONS",
-    "Level",
     "SYSTEM_RULES",
+    "Level",
     "SokobanEnv",
     "expert_actions",
     "expert_think",

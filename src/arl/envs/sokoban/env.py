@@ -110,12 +110,12 @@ class SokobanEnv:
         """The start level of ``reset(seed)``."""
         if self.levels is not None:
             return self.levels[int(seed) % len(self.levels)]
-        kwargs = dict(
-            dim_room=self.dim_room,
-            num_boxes=self.num_boxes,
-            search_depth=self.search_depth,
-            internal_walls=self.internal_walls,
-        )
+        kwargs = {
+            "dim_room": self.dim_room,
+            "num_boxes": self.num_boxes,
+            "search_depth": self.search_depth,
+            "internal_walls": self.internal_walls,
+        }
         level = generate_level(int(seed), **kwargs)
         if not self.fit_max_steps:
             return level
@@ -175,9 +175,7 @@ class SokobanEnv:
         if self.level.solved:
             reward += SOLVED_REWARD
             self.done = True
-        elif self.steps >= self.max_steps:
-            self.done = True
-        elif self.end_on_deadlock and self._deadlocked():
+        elif self.steps >= self.max_steps or (self.end_on_deadlock and self._deadlocked()):
             self.done = True
         return reward, self.level is not before
 
