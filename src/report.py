@@ -85,46 +85,38 @@ def calibration_main(argv: list[str]) -> int:
     return 0
 
 
-def errors_main(argv: list[str]) -> int:
-    from arl.analysis.errors import errors_table, summarise
-
-    ap = argparse.ArgumentParser(prog="report.py errors",
-                                 description="what follows the first invalid action, per validation (turns kept)")
+def _columns_main(argv: list[str], command: str, description: str, summarise, table) -> int:
+    """An episode reader's command line: one column per input (``--name`` each), ``table`` of the
+    ``summarise``d inputs printed."""
+    ap = argparse.ArgumentParser(prog=f"report.py {command}", description=description)
     ap.add_argument("inputs", type=Path, nargs="+",
                     help="an episodes file, an eval run (val_episodes.jsonl) or a training run (its last validation)")
     ap.add_argument("--name", action="append", default=None, help="a column's name, one per input (default: the path)")
     args = ap.parse_args(argv)
     names = args.name or [str(p) for p in args.inputs]
     if len(names) != len(args.inputs):
-        print("report errors: give one --name per input", file=sys.stderr)
+        print(f"report {command}: give one --name per input", file=sys.stderr)
         return 2
     try:
-        print(errors_table({name: summarise(p) for name, p in zip(names, args.inputs)}))
+        print(table({name: summarise(p) for name, p in zip(names, args.inputs)}))
     except (FileNotFoundError, ValueError) as err:
-        print(f"report errors: {err}", file=sys.stderr)
+        print(f"report {command}: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def errors_main(argv: list[str]) -> int:
+    from arl.analysis.errors import errors_table, summarise
+
+    return _columns_main(argv, "errors", "what follows the first invalid action, per validation (turns kept)",
+                         summarise, errors_table)
 
 
 def shopping_main(argv: list[str]) -> int:
     from arl.analysis.shopping import shopping_table, summarise
 
-    ap = argparse.ArgumentParser(prog="report.py shopping",
-                                 description="where WebShop episodes break: the query, the click, the purchase (turns kept)")
-    ap.add_argument("inputs", type=Path, nargs="+",
-                    help="an episodes file, an eval run (val_episodes.jsonl) or a training run (its last validation)")
-    ap.add_argument("--name", action="append", default=None, help="a column's name, one per input (default: the path)")
-    args = ap.parse_args(argv)
-    names = args.name or [str(p) for p in args.inputs]
-    if len(names) != len(args.inputs):
-        print("report shopping: give one --name per input", file=sys.stderr)
-        return 2
-    try:
-        print(shopping_table({name: summarise(p) for name, p in zip(names, args.inputs)}))
-    except (FileNotFoundError, ValueError) as err:
-        print(f"report shopping: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return _columns_main(argv, "shopping", "where WebShop episodes break: the query, the click, the purchase "
+                         "(turns kept)", summarise, shopping_table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -132,6 +132,7 @@ SKIPPED = (
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
+    ("python src/report.py shopping", "needs a WebShop run (test_shopping_report.py runs it on WebShop episodes)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
     ("sbatch ", "submits to a SLURM cluster (none here)"),
     ("hydra/launcher=slurm", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"),

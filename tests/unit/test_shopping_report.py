@@ -82,3 +82,22 @@ def test_a_run_of_another_env_is_refused(tmp_path):
     (run / "val_episodes.jsonl").write_text(json.dumps({"seed": 1, "won": False, "turn_log": [{}]}) + "\n")
     with pytest.raises(ValueError, match="not webshop"):
         summarise(run)
+
+
+def test_the_command_line_prints_one_column_per_input(tmp_path, capsys):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    import report
+
+    row = _play(VAL_SEED_BASE + 3)
+    file = tmp_path / "val_episodes.jsonl"
+    file.write_text(json.dumps(row) + "\n")
+    config = tmp_path / ".hydra" / "config.yaml"
+    config.parent.mkdir()
+    config.write_text("env:\n  name: webshop\n  kwargs:\n    prompt_style: compact\n")
+    assert report.main(["shopping", str(file), str(file), "--name", "a", "--name", "b"]) == 0
+    out = capsys.readouterr().out
+    assert "| | a | b |" in out and "| query = the shopper's | 1.000 (1) | 1.000 (1) |" in out
+    assert report.main(["shopping", str(file), "--name", "a", "--name", "b"]) == 2  # one name per input

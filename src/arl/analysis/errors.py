@@ -128,36 +128,51 @@ def summarise(path: Path) -> ErrorSummary:
     return out
 
 
-def _share(n: int, d: int) -> str:
-    return f"{n / d:.3f} ({n})" if d else "-"
+def share(n: float, d: int) -> str:
+    """``n / d`` to three places with the count ``n`` beside it; ``-`` when ``d`` is 0."""
+    return f"{n / d:.3f} ({n:g})" if d else "-"
+
+
+class ColumnTable:
+    """A markdown table of the episode readers (``report.py errors``, ``report.py shopping``): one
+    column per input (the keys of ``summaries``), one row per measure."""
+
+    def __init__(self, summaries: dict):
+        self.summaries = summaries
+        self.rows: list[tuple[str, list[str]]] = []
+
+    def row(self, label: str, cell) -> None:
+        """A row: ``cell(summary)`` for each input."""
+        self.rows.append((label, [cell(s) for s in self.summaries.values()]))
+
+    def markdown(self, note: str = "") -> str:
+        names = list(self.summaries)
+        head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
+        body = "".join(f"| {label} | " + " | ".join(cells) + " |\n" for label, cells in self.rows)
+        return head + body + note
 
 
 def errors_table(summaries: dict[str, ErrorSummary], top: int = 6) -> str:
     """A markdown table, one column per input: how often the first error comes, where, what it is
     (the ``top`` most common kinds over all inputs) and what follows it."""
-    names = list(summaries)
-    rows: list[tuple[str, list[str]]] = []
-
-    def row(label: str, cell) -> None:
-        rows.append((label, [cell(summaries[n]) for n in names]))
+    table = ColumnTable(summaries)
+    row = table.row
 
     row("episodes", lambda s: str(s.episodes))
-    row("won", lambda s: _share(s.won, s.episodes))
-    row("with an invalid turn", lambda s: _share(len(s.errors), s.episodes))
+    row("won", lambda s: share(s.won, s.episodes))
+    row("with an invalid turn", lambda s: share(len(s.errors), s.episodes))
     row("first invalid turn (mean index)",
         lambda s: f"{sum(e.turn for e in s.errors) / len(s.errors):.1f}" if s.errors else "-")
     kinds = Counter(e.kind for s in summaries.values() for e in s.errors)
     for kind, _ in kinds.most_common(top):
-        row(f"first error: {kind}", lambda s, k=kind: _share(sum(e.kind == k for e in s.errors), len(s.errors)))
+        row(f"first error: {kind}", lambda s, k=kind: share(sum(e.kind == k for e in s.errors), len(s.errors)))
     for following in ("valid", "same", "other invalid", "end"):
         row(f"next turn: {following}",
-            lambda s, f=following: _share(sum(e.next_turn == f for e in s.errors), len(s.errors)))
+            lambda s, f=following: share(sum(e.next_turn == f for e in s.errors), len(s.errors)))
     row("invalid turns in a row from it (mean)",
         lambda s: f"{sum(e.invalid_run for e in s.errors) / len(s.errors):.1f}" if s.errors else "-")
-    row("a valid turn later", lambda s: _share(sum(e.recovered for e in s.errors), len(s.errors)))
-    row("won after it", lambda s: _share(sum(e.won for e in s.errors), len(s.errors)))
-    head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
-    body = "".join(f"| {label} | " + " | ".join(cells) + " |\n" for label, cells in rows)
-    note = ("\nShares after the first three rows are of the episodes with an invalid turn; 'same': the next "
-            "turn gave the same invalid answer again; 'end': the first error was the episode's last turn.\n")
-    return head + body + note
+    row("a valid turn later", lambda s: share(sum(e.recovered for e in s.errors), len(s.errors)))
+    row("won after it", lambda s: share(sum(e.won for e in s.errors), len(s.errors)))
+    return table.markdown("\nShares after the first three rows are of the episodes with an invalid turn; 'same': the "
+                          "next turn gave the same invalid answer again; 'end': the first error was the episode's "
+                          "last turn.\n")

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arl.analysis.errors import attempted_command, episodes_path
+from arl.analysis.errors import ColumnTable, attempted_command, episodes_path, share
 
 _SEARCH = re.compile(r"^search\[(.*)\]$", re.DOTALL)
 _CLICK = re.compile(r"^click\[(.*)\]$", re.DOTALL)
@@ -181,37 +181,27 @@ def summarise(path: Path, env_kwargs: dict[str, Any] | None = None) -> ShoppingS
     return out
 
 
-def _share(n: float, d: int) -> str:
-    return f"{n / d:.3f} ({n:g})" if d else "-"
-
-
 def shopping_table(summaries: dict[str, ShoppingSummary]) -> str:
     """A markdown table, one column per input: each link of the shopping chain and where it broke."""
-    names = list(summaries)
-    rows: list[tuple[str, list[str]]] = []
-
-    def row(label: str, cell) -> None:
-        rows.append((label, [cell(summaries[n]) for n in names]))
-
+    table = ColumnTable(summaries)
+    row = table.row
     row("episodes", lambda s: str(s.episodes))
-    row("won (score 1)", lambda s: _share(s.won, s.episodes))
+    row("won (score 1)", lambda s: share(s.won, s.episodes))
     row("score (mean reward x 100)", lambda s: f"{100 * s.score / s.episodes:.1f}" if s.episodes else "-")
-    row("searched", lambda s: _share(s.searched, s.episodes))
-    row("query = the shopper's", lambda s: _share(s.query_exact, s.searched))
+    row("searched", lambda s: share(s.searched, s.episodes))
+    row("query = the shopper's", lambda s: share(s.query_exact, s.searched))
     row("shopper's query words typed (mean)", lambda s: f"{s.query_recall / s.searched:.3f}" if s.searched else "-")
     row("typed words that are the shopper's (mean)",
         lambda s: f"{s.query_precision / s.searched:.3f}" if s.searched else "-")
-    row("won, when the query was the shopper's", lambda s: _share(s.won_exact, s.query_exact))
-    row("won, when it was another", lambda s: _share(s.won - s.won_exact, s.searched - s.query_exact))
-    row("clicked a product id", lambda s: _share(s.clicked, s.episodes))
-    row("first click: an id of the page", lambda s: _share(s.click_on_page, s.clicked))
-    row("first click: the first result", lambda s: _share(s.click_first, s.clicked))
-    row("first click: the shopper's choice", lambda s: _share(s.click_shopper, s.clicked))
-    row("an id not on the page", lambda s: _share(s.not_on_page, s.episodes))
-    row("... clicked again at once", lambda s: _share(s.repeated_not_on_page, s.not_on_page))
-    row("bought", lambda s: _share(s.bought, s.episodes))
-    head = "| | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names) + "\n"
-    body = "".join(f"| {label} | " + " | ".join(cells) + " |\n" for label, cells in rows)
+    row("won, when the query was the shopper's", lambda s: share(s.won_exact, s.query_exact))
+    row("won, when it was another", lambda s: share(s.won - s.won_exact, s.searched - s.query_exact))
+    row("clicked a product id", lambda s: share(s.clicked, s.episodes))
+    row("first click: an id of the page", lambda s: share(s.click_on_page, s.clicked))
+    row("first click: the first result", lambda s: share(s.click_first, s.clicked))
+    row("first click: the shopper's choice", lambda s: share(s.click_shopper, s.clicked))
+    row("an id not on the page", lambda s: share(s.not_on_page, s.episodes))
+    row("... clicked again at once", lambda s: share(s.repeated_not_on_page, s.not_on_page))
+    row("bought", lambda s: share(s.bought, s.episodes))
     note = ("\n'the shopper': the scripted expert (arl.envs.webshop.expert) on the same goal; its query drops the "
             "price clause and filler words; its choice on a page is the product with the best predicted score.\n")
-    return head + body + note
+    return table.markdown(note)
