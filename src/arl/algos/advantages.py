@@ -28,6 +28,11 @@ penalty-only step group of a group with differing returns, the step part).
 One registered function per estimator, all with the same keyword-only signature::
 
     get(name)(step_rewards=, episode_ids=, turn_idx=, group_ids=, anchor_keys=, valid=, **settings)
+        -> (advantages, metrics)
+
+as the policy losses return ``(loss_mat, metrics)``: ``advantages`` (N,), one per turn sample, and
+``metrics`` the estimator's own diagnostics, 0-dim tensors by short name (the module logs them under
+``adv/``; GiGPO's ``step_std``, none for GRPO and RLOO).
 
 The settings are keys of the ``algo.advantage`` block (:class:`arl.algos.schema.AdvantageConfig`,
 where their defaults live; the functions have none): :func:`estimator_kwargs` picks the ones an
@@ -68,7 +73,7 @@ DATA_KEYS: tuple[str, ...] = (
     "valid",
 )
 
-TurnEstimator = Callable[..., Tensor]
+TurnEstimator = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 ESTIMATORS: Registry[TurnEstimator] = Registry("advantage estimator")
 get = ESTIMATORS.get
 
@@ -386,7 +391,7 @@ def grpo(
     invalid_penalty: float,
     penalty_only_groups: str,
     eps: float,
-) -> Tensor:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO group-normalised advantage (Shao et al., DeepSeekMath 2024) on turn samples.
 
     Score of a turn = its episode's return (+ ``invalid_penalty`` if its action did not parse);
@@ -398,12 +403,12 @@ def grpo(
     single-turn GRPO of the scores. Penalty-only groups as ``penalty_only_groups`` says (module
     docstring). ``turn_idx`` and ``anchor_keys`` are unused.
 
-    Shapes: all inputs (N,) -> (N,).
+    Shapes: all inputs (N,) -> advantages (N,); no metrics.
     """
     del turn_idx, anchor_keys
     _check_penalty_only(penalty_only_groups)
     if _check_1d(step_rewards=step_rewards, episode_ids=episode_ids, group_ids=group_ids, valid=valid) == 0:
-        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards))
+        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards)), {}
     turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
     if cross_steps:
         stat_values, stat_group = turns.scores, turns.group_index
@@ -415,7 +420,7 @@ def grpo(
                            eps, undivided)
     if penalty_only_groups == "zero":
         adv = _zero_where(adv, only)
-    return adv.to(_out_dtype(step_rewards))
+    return adv.to(_out_dtype(step_rewards)), {}
 
 
 @ESTIMATORS.register("rloo")
@@ -429,7 +434,7 @@ def rloo(
     valid: Tensor,
     cross_steps: bool,
     invalid_penalty: float,
-) -> Tensor:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024) on turn samples:
     A = score - baseline from the *other episodes* of the group.
 
@@ -438,11 +443,11 @@ def rloo(
     returns (one per episode). A turn of a group with a single episode gets 0. Leaving out the
     whole own episode (not only the own turn) keeps the baseline independent of the sample.
 
-    Shapes: all inputs (N,) -> (N,).
+    Shapes: all inputs (N,) -> advantages (N,); no metrics.
     """
     del turn_idx, anchor_keys
     if _check_1d(step_rewards=step_rewards, episode_ids=episode_ids, group_ids=group_ids, valid=valid) == 0:
-        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards))
+        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards)), {}
     turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
     # the values the baseline averages, and the episode each belongs to
     if cross_steps:
@@ -459,7 +464,7 @@ def rloo(
     other_cnt = _gather(group_cnt, turns.group_index) - _gather(own_cnt, turns.episode_index)
     scores = turns.scores
     adv = torch.where(other_cnt > 0, scores - other_sum / other_cnt.clamp_min(1.0), torch.zeros_like(scores))
-    return adv.to(_out_dtype(step_rewards))
+    return adv.to(_out_dtype(step_rewards)), {}
 
 
 @ESTIMATORS.register("gigpo")
@@ -477,7 +482,7 @@ def gigpo(
     invalid_penalty: float,
     penalty_only_groups: str,
     eps: float,
-) -> Tensor:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """GiGPO advantage, SAMPO's advantage (Feng et al. 2025, "Group-in-Group Policy Optimization").
 
     - episode part A_E: the GRPO advantage of the turn scores (episode return + penalty on an
@@ -491,14 +496,18 @@ def gigpo(
       says (module docstring: ``center`` keeps both parts of a penalty-only group, and the step part of a
       penalty-only step group, undivided; ``zero`` sets them to 0).
 
-    The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> (N,).
+    The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> advantages (N,).
+    Metrics: ``step_std``, the std over the turns of the step part as it enters A (step_weight x A_S; 0
+    for fewer than two turns): how much the step part moved the advantage.
     """
     episode_adv, step_adv = gigpo_parts(
         step_rewards=step_rewards, episode_ids=episode_ids, turn_idx=turn_idx, group_ids=group_ids,
         anchor_keys=anchor_keys, valid=valid, gamma=gamma, norm=norm, invalid_penalty=invalid_penalty,
         penalty_only_groups=penalty_only_groups, eps=eps,
     )  # fmt: skip
-    return (episode_adv + step_weight * step_adv).to(_out_dtype(step_rewards))
+    weighted_step = step_weight * step_adv
+    step_std = weighted_step.std() if weighted_step.numel() > 1 else weighted_step.new_zeros(())
+    return (episode_adv + weighted_step).to(_out_dtype(step_rewards)), {"step_std": step_std.detach()}
 
 
 def estimator_kwargs(cfg: AdvantageConfig) -> dict[str, Any]:

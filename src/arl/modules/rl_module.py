@@ -324,17 +324,6 @@ class AgenticRLModule(LightningModule):
         metrics.same("train/updates_skipped", self.updates_skipped)
         return metrics
 
-    def _gigpo_step_std(self, step_rewards: torch.Tensor, table: dict[str, torch.Tensor]) -> float:
-        """Std over the turns of GiGPO's step part as it enters the advantage (step_weight x A_S):
-        ``adv/step_std`` of docs/design.md section 8; 0 when no turn shares its anchor state in its group."""
-        cfg = self.algo.advantage
-        _, step_adv = advantages.gigpo_parts(
-            step_rewards=step_rewards, episode_ids=table["episode_id"], turn_idx=table["turn"], group_ids=table["group_id"],
-            anchor_keys=table["anchor_key"], valid=table["valid"], gamma=cfg.gamma, norm=cfg.norm,
-            invalid_penalty=cfg.invalid_penalty, penalty_only_groups=cfg.penalty_only_groups, eps=cfg.eps,
-        )  # fmt: skip
-        return float((cfg.step_weight * step_adv).std()) if step_adv.numel() > 1 else 0.0
-
     def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor]) -> Metrics:
         """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
         (``data['advantages']``); metrics, means over this rank's turns (``is/rollout_*``: over
@@ -349,7 +338,7 @@ class AgenticRLModule(LightningModule):
             penalty = self.algo.kl.coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
             step_rewards = step_rewards - penalty
             metrics.mean("actor/kl_reward", float(penalty.mean()), n_turns)
-        adv = self.advantage_fn(
+        adv, estimator_metrics = self.advantage_fn(
             step_rewards=step_rewards,
             episode_ids=table["episode_id"],
             turn_idx=table["turn"],
@@ -365,8 +354,8 @@ class AgenticRLModule(LightningModule):
         # how much GiGPO's step part has to compare (logged for every estimator)
         metrics.mean("adv/shared_anchor_frac",
                      advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]), n_turns)
-        if self.algo.advantage.name == "gigpo":
-            metrics.mean("adv/step_std", self._gigpo_step_std(step_rewards, table), n_turns)
+        for key, value in estimator_metrics.items():  # the estimator's own (GiGPO: step_std)
+            metrics.mean(f"adv/{key}", float(value), n_turns)
         if "old_log_probs" in data and not self.reuse_rollout_log_probs:
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             n_tokens = float(mask.sum())

@@ -18,7 +18,11 @@ F64 = torch.float64
 
 
 def estimate(name: str, data: dict, **changes) -> torch.Tensor:
-    """Estimator ``name`` on ``data`` with the schema's settings (``changes`` applied)."""
+    """Estimator ``name``'s advantages on ``data`` with the schema's settings (``changes`` applied)."""
+    return estimate_with_metrics(name, data, **changes)[0]
+
+
+def estimate_with_metrics(name: str, data: dict, **changes) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     cfg = replace(AdvantageConfig(), name=name, **changes)
     return advantages.get(name)(**data, **advantages.estimator_kwargs(cfg))
 
@@ -158,6 +162,21 @@ def test_gigpo_parts_hand() -> None:
     close(adv, (episode + 0.3 * step).tolist())
     empty = {k: v[:0] for k, v in CASE.items()}
     assert [t.numel() for t in gigpo_parts(**empty)] == [0, 0]
+
+
+def test_estimators_return_their_metrics_by_hand() -> None:
+    # GiGPO's step_std: the step part of test_gigpo_hand_mean_norm, [0.25, 0.5, -0.25, 0, -0.5, 0] x step_weight
+    # 0.5 = [0.125, 0.25, -0.125, 0, -0.25, 0]: mean 0, unbiased variance (2 x 0.125^2 + 2 x 0.25^2) / 5 = 0.03125
+    data = {key: CASE[key] for key in DATA_KEYS}
+    _, metrics = estimate_with_metrics("gigpo", data, gamma=0.5, step_weight=0.5, norm="mean_norm")
+    assert set(metrics) == {"step_std"}
+    assert float(metrics["step_std"]) == pytest.approx(math.sqrt(0.03125), abs=1e-12)
+    # with no step part, or one turn, the step part has no spread
+    assert float(estimate_with_metrics("gigpo", data, step_weight=0.0)[1]["step_std"]) == 0.0
+    one = {key: value[5:] for key, value in data.items()}
+    assert float(estimate_with_metrics("gigpo", one)[1]["step_std"]) == 0.0
+    for name in ("grpo", "rloo"):
+        assert estimate_with_metrics(name, data)[1] == {}
 
 
 def test_gigpo_rejects_unknown_norm() -> None:
