@@ -198,7 +198,7 @@ def main() -> int:
     parser.add_argument("--threads", default="auto", help="torch threads: auto (the cores shared among ARL processes) or N")
     parser.add_argument("--check", action="store_true", help=f"fail if gigpo >= {GIGPO_BUDGET_MS} ms")
     args = parser.parse_args()
-    from arl.utils.threads import configure_threads
+    from arl.distributed.threads import configure_threads
 
     configure_threads(args.threads)
 

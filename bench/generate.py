@@ -30,9 +30,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from arl.distributed.threads import configure_threads
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HF_CACHES, HFEngine
-from arl.utils.threads import configure_threads
 
 
 def load(model: str):

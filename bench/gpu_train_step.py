@@ -4,7 +4,7 @@ Launched by ``bench/gpu_check.sh`` through ``torchrun`` (one process by default)
 torchrun (a one-process group is made here). The model comes from a ``Qwen3Config`` saved to a
 temporary HF folder and built from it (no weights on disk); every decoder layer and then the
 root are wrapped with ``fully_shard`` (FSDP2) with a bf16 ``MixedPrecisionPolicy`` (fp32 master
-weights and gradient reduction), through the project's own ``arl.utils.fsdp.fully_shard_model``.
+weights and gradient reduction), through the project's own ``arl.distributed.fsdp.fully_shard_model``.
 Each step: random token batch (B x L), ``arl.modules.forward.forward_log_probs`` (the trainer's
 scoring forward, ``use_cache=False``), mean negative log-likelihood, backward, grad clip, AdamW.
 
@@ -114,7 +114,7 @@ def shard(model, args, device: torch.device):
     sharding = {"layer_cls": ["Qwen3DecoderLayer"], "mixed_precision": "bf16" if args.bf16 else None,
                 "reshard_after_forward": True}
     try:
-        from arl.utils.fsdp import fully_shard_model
+        from arl.distributed.fsdp import fully_shard_model
     except ImportError:  # the project's helper is missing: the same thing, inline
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 

@@ -30,7 +30,7 @@ counted peak of ``arl.modules.forward.chunked_scores`` (log-probs + entropy) and
 4096 positions, in fp32 (C, V) blocks of one chunk, chunked (C = 512) and as one chunk, for fp32
 and bf16 heads.
 
-Beside RSS, each configuration is also **counted** (:func:`count`, ``arl.utils.live_bytes``): the same
+Beside RSS, each configuration is also **counted** (:func:`count`, ``arl.plan.live_bytes``): the same
 iterations with the weights and reference taken from their storages and the update as the peak of the
 tensor storages its operators held at once. The count is the same on every machine (RSS is not: the
 allocator and the kernels a CPU picks move it by 5-20 %); ``tests/integration/test_plan_cli.py`` checks
@@ -234,10 +234,10 @@ def measure(model: str, tokens: int, row: int, checkpointing: bool, iters: int) 
 
 
 def count(model: str, tokens: int, row: int, checkpointing: bool, iters: int = 2) -> dict:
-    """The same iterations with the bytes counted from the tensors (``arl.utils.live_bytes``) instead of
+    """The same iterations with the bytes counted from the tensors (``arl.plan.live_bytes``) instead of
     RSS: the weights and the reference from their storages, the update as the peak of the storages the
     iterations' operators created and held at once. The same numbers on every machine; runs in this process."""
-    from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
+    from arl.plan.live_bytes import LiveTensorBytes, storage_bytes
 
     module, loader, trainer, by, plan = build_update(model, tokens, row, checkpointing, iters)
     held = [*module.policy.parameters(), *module.policy.buffers(), *module.reference.parameters(),
@@ -280,10 +280,10 @@ def count_phases(model: str, tokens: int, row: int, checkpointing: bool, rows: i
     from arl.models.loading import check_tokenizer, load_policy
     from arl.modules.sft_module import BehaviourCloningModule
     from arl.plan import resolve_architecture
+    from arl.plan.live_bytes import LiveTensorBytes, storage_bytes
     from arl.plan.memory import Setup, bc_setup, make_plan
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
-    from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
 
     folder = model_folder(model)
     tok = AutoTokenizer.from_pretrained(folder)
@@ -341,7 +341,7 @@ def logit_copies(n: int = 4096, chunk: int = 512, vocab: int = 8192, hidden: int
     import torch
 
     from arl.modules.forward import chunked_scores
-    from arl.utils.live_bytes import LiveTensorBytes
+    from arl.plan.live_bytes import LiveTensorBytes
 
     out = {}
     for dtype in (torch.float32, torch.bfloat16):

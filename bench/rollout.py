@@ -30,13 +30,13 @@ from rich.console import Console
 from rich.table import Table
 
 from arl.agent.loop import AgentLoop, Task
+from arl.distributed.threads import configure_threads
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names
 from arl.models.loading import load_policy
 from arl.rollout.engine import SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.run.builders import tiny_model
-from arl.utils.threads import configure_threads
 
 SOKOBAN = {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 10, "prompt_style": "compact"}
 

@@ -227,7 +227,7 @@ def main() -> None:
     ap.add_argument("--n-workers", type=int, default=0, help="env worker processes (rollout.n_workers)")
     ap.add_argument("--threads", default="auto", help="torch threads: auto or N")
     args = ap.parse_args()
-    from arl.utils.threads import configure_threads
+    from arl.distributed.threads import configure_threads
 
     configure_threads(args.threads)
     console = Console(width=200)

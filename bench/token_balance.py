@@ -143,7 +143,7 @@ def main() -> None:
     ap.add_argument("--ranks", default="2,4,8")
     ap.add_argument("--seed", type=int, default=9000, help="task seeds seed, seed+1, ...; shuffles seed+rank")
     args = ap.parse_args()
-    from arl.utils.threads import configure_threads
+    from arl.distributed.threads import configure_threads
 
     configure_threads("auto")
     console = Console(width=200)

@@ -245,7 +245,7 @@ def main() -> None:
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":
-        from arl.utils.threads import configure_threads
+        from arl.distributed.threads import configure_threads
 
         configure_threads(args.threads)
     console = Console(width=max(Console().width, 180))

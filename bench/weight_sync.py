@@ -82,8 +82,8 @@ def _rank(rank: int, world: int, repeats: int, port: int, results) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    from arl.distributed.fsdp import GatheredWeights, full_state_dict, fully_shard_model, iter_full_tensors
     from arl.rollout.hf_engine import HFEngine
-    from arl.utils.fsdp import GatheredWeights, full_state_dict, fully_shard_model, iter_full_tensors
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

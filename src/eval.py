@@ -24,14 +24,14 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.utils.config import register_resolvers  # after the sys.path line
+from arl.run.resolvers import register_resolvers  # after the sys.path line
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval.yaml")
 def main(cfg: DictConfig) -> float:
-    from arl.utils.threads import configure_threads
+    from arl.distributed.threads import configure_threads
 
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.run.evaluation import evaluate_from_config

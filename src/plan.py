@@ -4,7 +4,7 @@ Composes the config exactly as ``src/train.py`` does (the same Hydra config fold
 ``train.yaml``, the same resolvers and validation) and prints, in seconds, on any machine and
 without building a model or an engine:
 
-1. this process's placement (:func:`arl.utils.placement.resolve_placement`: launcher, rank,
+1. this process's placement (:func:`arl.distributed.placement.resolve_placement`: launcher, rank,
    local rank, world size, device) and the run's processes;
 2. the per-device memory plan (:mod:`arl.plan`, the arithmetic in :mod:`arl.plan.memory`):
    one row per part with where its number comes from, the peak of the update and generation
@@ -28,7 +28,7 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.utils.config import register_resolvers  # after the sys.path line
+from arl.run.resolvers import register_resolvers  # after the sys.path line
 
 register_resolvers()
 
@@ -64,10 +64,10 @@ def main(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from arl.distributed.placement import PlacementError, export_trainer_devices, resolve_placement
     from arl.plan import PlanError, plan_config
     from arl.run.checks import validate_config
     from arl.utils.config import ConfigError
-    from arl.utils.placement import PlacementError, export_trainer_devices, resolve_placement
 
     try:
         cfg = compose(argv)

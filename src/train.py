@@ -23,18 +23,18 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.utils.config import register_resolvers  # after the sys.path line
+from arl.run.resolvers import register_resolvers  # after the sys.path line
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
+    from arl.distributed.placement import export_trainer_devices
+    from arl.distributed.threads import configure_threads
     from arl.plan import startup_check
     from arl.run.checks import check_machine, validate_config
     from arl.utils.config import ConfigError
-    from arl.utils.placement import export_trainer_devices
-    from arl.utils.threads import configure_threads
 
     if cfg.get("explain"):  # which file decided this key? (before validation: an invalid config is explained too)
         return explain(cfg)
@@ -63,7 +63,7 @@ def explain(cfg: DictConfig) -> None:
     order Hydra merged them, and the final value; nothing runs."""
     from hydra.core.hydra_config import HydraConfig
 
-    from arl.utils.explain import explain_key, final_value, format_explanation
+    from arl.run.explain import explain_key, final_value, format_explanation
 
     key = str(cfg.explain)
     hc = HydraConfig.get()

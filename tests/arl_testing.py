@@ -25,7 +25,7 @@ def compose(overrides: list[str] | None = None, config_name: str = "train.yaml",
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    from arl.utils.config import register_resolvers
+    from arl.run.resolvers import register_resolvers
 
     register_resolvers()
 

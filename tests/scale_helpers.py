@@ -130,9 +130,9 @@ def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    from arl.distributed.fsdp import fully_shard_model
     from arl.models.loading import load_policy
     from arl.run.builders import tiny_model
-    from arl.utils.fsdp import fully_shard_model
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:  # a port no other process (a parallel test worker) holds
@@ -232,7 +232,7 @@ class Capture(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.result is not None:
             return
-        from arl.utils.fsdp import full_state_dict
+        from arl.distributed.fsdp import full_state_dict
 
         grads = {}
         for name, p in pl_module.policy.named_parameters():

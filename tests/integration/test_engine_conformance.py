@@ -241,7 +241,7 @@ def test_weight_sync_changes_outputs(make_engine, tiny, how):
     """``sync`` (a whole state dict) and the streamed ``load_weights(iter_full_tensors(...))`` of
     the FSDP2 sync both serve the new weights (the stream gives a tied LM head under both names:
     vLLM on CPU kept a stale head, log-probs off by up to 1.07, when it came once)."""
-    from arl.utils.fsdp import iter_full_tensors
+    from arl.distributed.fsdp import iter_full_tensors
 
     name, engine = make_engine()
     model, tok = tiny

@@ -126,14 +126,14 @@ def _bench():
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["plain", "checkpointed"])
 def test_the_tiny_models_update_allocates_what_the_plan_says(checkpointing):
     """Two real RL iterations (two micro-batches of 8192 tokens a step) with the bytes counted from the
-    tensors (arl.utils.live_bytes: the same count on any machine): the weights and reference are the plan's
+    tensors (arl.plan.live_bytes: the same count on any machine): the weights and reference are the plan's
     parameters plus the model's buffers, and the update's peak of live tensor storages lies within the plan,
     at most 10 % below it (the plan rounds each part up: 0.98 plain, 0.91 checkpointed when written)."""
     r = _bench().count("tiny", 8192, 128, checkpointing)
     assert r["steps"] == 2
     from arl.models.loading import load_policy
+    from arl.plan.live_bytes import storage_bytes
     from arl.run.builders import tiny_model
-    from arl.utils.live_bytes import storage_bytes
 
     policy, _ = load_policy(tiny_model())
     buffers = storage_bytes(policy.buffers())

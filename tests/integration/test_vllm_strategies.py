@@ -26,7 +26,7 @@ OVERRIDES = [
 LANES = {  # name -> overrides
     "cpu": ["trainer=cpu"], "ddp": ["trainer=ddp"], "fsdp2_cpu": ["trainer=fsdp2_cpu"],
     # LoRA: the adapters train, the base is frozen; vLLM loads plain weights, so every sync must merge
-    # W + scale B A (arl.utils.lora_stream). Without the merge the sharded lane rolled out the base
+    # W + scale B A (arl.distributed.lora_stream). Without the merge the sharded lane rolled out the base
     # model: is/rollout_max_abs_diff 0.98 and 0.74.
     "ddp_lora": ["trainer=ddp", "model.lora.enabled=true"],
     "fsdp2_cpu_lora": ["trainer=fsdp2_cpu", "model.lora.enabled=true"],
@@ -148,7 +148,7 @@ def test_untrained_validation_under_torchrun_builds_vllm_inside_the_group(tmp_pa
 
 def test_untrained_validation_under_an_emulated_srun(tmp_path, tiny_path):
     """Two tasks started as srun starts them: SLURM_PROCID / SLURM_LOCALID / SLURM_NTASKS set, no
-    LOCAL_RANK. Lightning takes the ranks from SLURM; arl.utils.placement gives vLLM the same
+    LOCAL_RANK. Lightning takes the ranks from SLURM; arl.distributed.placement gives vLLM the same
     (its external launcher reads RANK and LOCAL_RANK, which srun does not set)."""
     import subprocess
     import sys

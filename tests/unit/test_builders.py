@@ -111,9 +111,9 @@ def test_fsdp_strategy_gets_block_classes_by_name(tiny):
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
     from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer
 
+    from arl.distributed.fsdp import ShardingConfigError
     from arl.run.builders import build_strategy
     from arl.utils.config import container
-    from arl.utils.fsdp import ShardingConfigError
 
     model, _ = tiny
     c = container(compose(["trainer=fsdp"]).trainer)
@@ -130,8 +130,8 @@ def test_rank0_loading_is_chosen_where_it_holds_and_refused_elsewhere():
     """trainer.sharding.load: auto picks rank 0 under FSDP2 on several processes with vLLM; an
     explicit rank0 where the transformers engine needs a copy on every rank, or on one process,
     stops the run at start-up naming the key."""
+    from arl.distributed.fsdp import loads_on_rank0
     from arl.utils.config import container
-    from arl.utils.fsdp import loads_on_rank0
 
     fsdp2_vllm = ["trainer=fsdp2_cpu", "rollout=vllm"]
     assert loads_on_rank0(container(compose(fsdp2_vllm)))

@@ -380,7 +380,7 @@ def test_the_sweep_subdir_goes_through_arl_dirname():
     """The multirun test (slow) runs it for real; here: the resolver, as the config calls it."""
     from omegaconf import OmegaConf
 
-    from arl.utils.config import register_resolvers
+    from arl.run.resolvers import register_resolvers
 
     register_resolvers()
     assert "${arl_dirname:${hydra.job.override_dirname}}" in (ROOT / "configs" / "hydra" / "default.yaml").read_text()

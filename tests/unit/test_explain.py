@@ -1,5 +1,5 @@
 """``explain=<key>``: which config files and overrides set a key, in Hydra's merge order
-(:mod:`arl.utils.explain`), on the project's real config tree."""
+(:mod:`arl.run.explain`), on the project's real config tree."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 from hydra import compose, initialize_config_dir
 
-from arl.utils.explain import explain_key, final_value, format_explanation
+from arl.run.explain import explain_key, final_value, format_explanation
 from arl_testing import ROOT
 
 

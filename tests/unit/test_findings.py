@@ -165,7 +165,7 @@ def test_the_t_distribution_and_holm_by_hand():
 
 def test_fisher_on_the_issue_s_counts():
     """README's p = 0.029 is the per-method test (4/4 against 0/4); the pooled 8/8 against 0/4 is 1/495."""
-    from arl.utils.stats import fisher_exact
+    from arl.analysis.stats import fisher_exact
 
     assert fisher_exact(4, 0, 0, 4) == pytest.approx(2 / 70)  # 0.029
     assert fisher_exact(8, 0, 0, 4) == pytest.approx(1 / 495)  # 0.002: only this table is as extreme

@@ -3,7 +3,7 @@
 Such a bound passes on the machine it was written on and fails on another CPU, allocator or load
 (a fresh clone's ``make test`` went red on a machine with AVX-512 at 1.21 of a memory plan bounded at
 1.2). The default suite checks deterministic figures instead (operators and tensor bytes counted by
-``arl.utils.live_bytes``, flags a run records); timings and RSS belong in ``bench/`` or in tests marked
+``arl.plan.live_bytes``, flags a run records); timings and RSS belong in ``bench/`` or in tests marked
 ``slow``. This test reads every test file and lists each ``assert`` outside a slow test that bounds (``<``,
 ``<=``, ``>``, ``>=``; ``> 0`` excepted) a clock reading, a measured figure or a name computed from one.
 """

@@ -69,7 +69,7 @@ def test_run_table_values(multirun):
 
 
 def test_confidence_intervals_by_hand():
-    from arl.utils.stats import mean_ci, t975
+    from arl.analysis.stats import mean_ci, t975
 
     assert t975(1) == 12.706 and t975(9) == 2.262 and t975(22) == 2.086 and t975(500) == 1.96
     m, half = mean_ci([1.0, 2.0, 3.0, 4.0])  # std 1.291, t(3) 3.182: 3.182 x 1.291 / 2
@@ -166,7 +166,7 @@ def test_cli_errors_are_clear(tmp_path, capsys):
 
 
 def test_fisher_exact_by_hand():
-    from arl.utils.stats import fisher_exact
+    from arl.analysis.stats import fisher_exact
 
     # 4/4 collapsed against 0/4: only the table itself and its mirror are as extreme,
     # each with probability 1 / C(8, 4) = 1/70
@@ -347,7 +347,7 @@ def test_success_per_task_type_from_start_to_final(tmp_path):
 
 
 def test_mcnemar_exact_by_hand():
-    from arl.utils.stats import mcnemar_exact
+    from arl.analysis.stats import mcnemar_exact
 
     assert mcnemar_exact(0, 0) == 1.0
     assert mcnemar_exact(3, 3) == 1.0

@@ -1,4 +1,4 @@
-"""Sizing a study (arl.utils.stats): the binomial standard error and the paired t-test's power."""
+"""Sizing a study (arl.analysis.stats): the binomial standard error and the paired t-test's power."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arl.utils.stats import binomial_se, paired_t_power, seeds_for_power
+from arl.analysis.stats import binomial_se, paired_t_power, seeds_for_power
 
 
 def test_binomial_se_by_hand():

@@ -49,10 +49,10 @@ from arl.agent.prompts import (
 )
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.agent.samples import SAMPLE_MODES
+from arl.distributed.threads import rebalance
 from arl.envs.base import StepResult
 from arl.envs.pool import EnvPool
 from arl.rollout.engine import Generation, RolloutEngine, SamplingParams, request_seed
-from arl.utils.threads import rebalance
 
 log = logging.getLogger(__name__)
 

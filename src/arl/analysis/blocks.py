@@ -18,9 +18,9 @@ from arl.analysis.contrasts import collapse_tests, fmt_p, plural, ratio_values, 
 from arl.analysis.findings import Spec, _recorded_row, _shared_names, _table
 from arl.analysis.games import games_by_setting
 from arl.analysis.runs import Run, kl_tag, seed_of, settings
+from arl.analysis.stats import _seed_key, mean_ci, parse_contrast
 from arl.analysis.study import MEASURE_KINDS, Study
 from arl.analysis.tables import collapse_cell, format_mean_ci, type_cells
-from arl.utils.stats import _seed_key, mean_ci, parse_contrast
 
 # --------------------------------------------------------------------------- per-study blocks
 

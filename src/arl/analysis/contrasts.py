@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from arl.analysis.runs import Run, kl_tag, settings
-from arl.utils.stats import _seed_key, fisher_exact, mean_ci
+from arl.analysis.stats import _seed_key, fisher_exact, mean_ci
 
 if TYPE_CHECKING:
     from arl.analysis.study import Study

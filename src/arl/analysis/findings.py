@@ -9,7 +9,7 @@ generated blocks are :mod:`arl.analysis.blocks`', and :mod:`arl.analysis.pages` 
 the pages the spec lists, between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``, and checks them.
 
 Statistics, per contrast (``"algo=sampo - algo=grpo"``, or a difference of differences): the
-per-seed values over the seeds every term ran (:func:`arl.utils.stats.contrast_values`), their
+per-seed values over the seeds every term ran (:func:`arl.analysis.stats.contrast_values`), their
 mean and Student-t 95 % interval (uncorrected, as :mod:`arl.analysis.report` prints it), and the paired
 t-test's two-sided p, Holm-adjusted over the study's family of planned contrasts on the same
 measure. The verdict rule is :func:`arl.analysis.contrasts.verdict`.
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from arl.analysis.contrasts import Contrast, collapse_tests, fmt_p, paired_p, ratio_values, threshold_window, verdict
 from arl.analysis.runs import read_config, read_overrides
+from arl.analysis.stats import mean_ci, parse_contrast
 from arl.analysis.study import MEASURE_KINDS, Measure, Study
-from arl.utils.stats import mean_ci, parse_contrast
 
 # --------------------------------------------------------------------------- the spec
 

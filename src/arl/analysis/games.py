@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from arl.analysis.runs import Run, read_episodes, settings
+from arl.analysis.stats import mcnemar_exact
 from arl.analysis.tables import format_mean_ci
-from arl.utils.stats import mcnemar_exact
 
 
 def paired_games(run: Run) -> tuple[int, int, int, int, int] | None:

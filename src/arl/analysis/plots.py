@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from arl.analysis.runs import Run, Series, settings
-from arl.utils.stats import mean_ci
+from arl.analysis.stats import mean_ci
 
 PLOTS: dict[str, tuple[str, list[str]]] = {  # file stem -> (title, tags; several tags = panels)
     "success": ("validation success rate", ["val/success_rate"]),

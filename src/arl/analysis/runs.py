@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from arl.utils.stats import parse_contrast
+from arl.analysis.stats import parse_contrast
 
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
 
@@ -294,7 +294,7 @@ def seed_of(run: Run) -> str:
 
 
 def setting_terms(spec: str, names: Iterable[str]) -> list[tuple[int, str]]:
-    """The contrast ``spec``'s terms (:func:`arl.utils.stats.parse_contrast`) with each name resolved to
+    """The contrast ``spec``'s terms (:func:`arl.analysis.stats.parse_contrast`) with each name resolved to
     a setting of ``names``: the setting of that name, else the one setting whose overrides include the
     name's (``algo=grpo`` names the setting of a folder holding one method's runs, whose label is
     every override its runs share). A name neither resolves is kept as it is (the caller's lookup
@@ -312,7 +312,7 @@ def setting_terms(spec: str, names: Iterable[str]) -> list[tuple[int, str]]:
 
 def values_by_setting(runs: Iterable[Run], value: Callable[[Run], float | None]) -> dict[str, dict[str, float]]:
     """Setting -> {seed: ``value(run)``} over the runs that have the value: what a paired contrast
-    (:func:`arl.utils.stats.contrast_values`) combines per seed."""
+    (:func:`arl.analysis.stats.contrast_values`) combines per seed."""
     return {name: {seed_of(r): v for r in members if (v := value(r)) is not None}
             for name, members in settings(runs).items()}
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from arl.analysis.contrasts import Contrast, holm, paired_p, plural
 from arl.analysis.runs import Run, event_files, find_runs, read_config, seed_of, values_by_setting
+from arl.analysis.stats import _seed_key, contrast_values, parse_contrast
 from arl.analysis.tables import MEASURES
-from arl.utils.stats import _seed_key, contrast_values, parse_contrast
 
 # --------------------------------------------------------------------------- measures
 

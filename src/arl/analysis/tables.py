@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Callable, Iterable
 
 from arl.analysis.runs import Run, kl_tag, setting_terms, settings, values_by_setting
-from arl.utils.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci
+from arl.analysis.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

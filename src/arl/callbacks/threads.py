@@ -1,10 +1,10 @@
-"""Re-share the CPU cores among ARL processes during a fit (see :mod:`arl.utils.threads`)."""
+"""Re-share the CPU cores among ARL processes during a fit (see :mod:`arl.distributed.threads`)."""
 
 from __future__ import annotations
 
 from lightning import Callback
 
-from arl.utils.threads import rebalance
+from arl.distributed.threads import rebalance
 
 
 class ThreadRebalance(Callback):

@@ -27,7 +27,7 @@ from typing import Any
 
 from lightning import Callback
 
-from arl.utils import distributed as dist_utils
+from arl.distributed import ranks as dist_utils
 from arl.utils.episode_files import episodes_file, iteration_of
 
 

@@ -5,7 +5,7 @@ itself and this costs nothing; engines that keep their own copy (vLLM, or the HF
 unsharded copy under FSDP) reload here. Under FSDP2 the sync streams: each tensor is gathered
 (a collective: every rank takes part and loads its own engine) right before the engine copies it
 (``engine.load_weights``) and is freed right after, so no rank ever holds a second full copy of
-the policy (:func:`arl.utils.fsdp.iter_full_tensors`). FSDP1 gathers the whole state first.
+the policy (:func:`arl.distributed.fsdp.iter_full_tensors`). FSDP1 gathers the whole state first.
 
 The sync also runs when training starts, so a resumed run (whose weights came from the
 checkpoint) and a rolled-back run never sample with stale engine weights.
@@ -17,7 +17,7 @@ import time
 
 from lightning import Callback
 
-from arl.utils.fsdp import SHARDED_STRATEGIES, GatheredWeights, full_state_dict, is_fsdp2, iter_full_tensors
+from arl.distributed.fsdp import SHARDED_STRATEGIES, GatheredWeights, full_state_dict, is_fsdp2, iter_full_tensors
 
 
 def sync_engine(engine, trainer, pl_module) -> None:

@@ -46,9 +46,9 @@ from arl.agent.metrics import episode_metrics
 from arl.agent.records import Episode, episode_record
 from arl.agent.samples import collate_episodes, episode_table
 from arl.datamodules.batches import RolloutBatch, ValidationBatch
+from arl.distributed import ranks as dist_utils
 from arl.envs.base import VAL_SEED_BASE
 from arl.rollout.engine import SamplingParams
-from arl.utils import distributed as dist_utils
 from arl.utils.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, Sampler
 
 from arl.agent.records import Episode
 from arl.agent.samples import TokenSample, build_samples, collate_tokens
-from arl.utils import distributed as dist_utils
+from arl.distributed import ranks as dist_utils
 
 
 class SFTDataModule(LightningDataModule):

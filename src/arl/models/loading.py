@@ -112,7 +112,7 @@ def load_policy(
         weights: false builds the model from its config on the meta device (no storage, nothing
             read but the config and generation config): a rank whose weights come from rank 0
             once the model is sharded (``trainer.sharding.load: rank0``,
-            :func:`arl.utils.fsdp.fully_shard_model`).
+            :func:`arl.distributed.fsdp.fully_shard_model`).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from arl.utils import distributed as dist_utils
+from arl.distributed import ranks as dist_utils
 
 
 def balanced_partition(costs: Sequence[int], parts: int) -> list[int]:

@@ -13,7 +13,7 @@ from contextlib import nullcontext
 
 import torch
 
-from arl.utils import distributed as dist_utils
+from arl.distributed import ranks as dist_utils
 
 
 def uniform_count(n: int, world: int) -> int:

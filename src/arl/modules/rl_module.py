@@ -31,12 +31,12 @@ from arl.datamodules.batches import (
     turn_values_to_tokens,
     with_protocol_names,
 )
+from arl.distributed import ranks as dist_utils
+from arl.distributed.fsdp import data_parallel_mesh, fully_shard_model
 from arl.models.lora import is_peft_model, reference_context
 from arl.modules.balance import imbalance, rebalance
 from arl.modules.forward import CHUNK_TOKENS, forward_log_probs
 from arl.modules.passes import backward_sync, padding_logits, uniform_count
-from arl.utils import distributed as dist_utils
-from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 from arl.utils.metrics import SAME, SUM, Metrics, combine
 from arl.utils.timing import timed
 

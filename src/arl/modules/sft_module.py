@@ -9,10 +9,10 @@ import torch
 from lightning import LightningModule
 
 from arl.datamodules.batches import micro_batches
+from arl.distributed import ranks as dist_utils
+from arl.distributed.fsdp import data_parallel_mesh, fully_shard_model
 from arl.modules.forward import CHUNK_TOKENS, forward_greedy_hits, forward_log_probs
 from arl.modules.passes import backward_sync, padding_logits, uniform_count
-from arl.utils import distributed as dist_utils
-from arl.utils.fsdp import data_parallel_mesh, fully_shard_model
 
 VAL_METRICS = ("bc/val_loss", "bc/val_token_accuracy", "bc/val_exact_match")
 

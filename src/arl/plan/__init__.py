@@ -21,6 +21,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from arl.distributed.fsdp import loads_on_rank0
 from arl.models.config import ModelSettings, model_settings
 from arl.plan.memory import (
     GIB,
@@ -37,7 +38,6 @@ from arl.plan.memory import (
     vllm_minimum_bytes,
 )
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
-from arl.utils.fsdp import loads_on_rank0
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype, rl.reference_dtype
 

@@ -16,7 +16,7 @@ What the numbers rest on (each constant below says where it comes from):
 * **Saved activations** of one decoder layer (:func:`block_activation_bytes`) are the tensors
   autograd keeps for backward in transformers' Qwen3/Llama layers (RMSNorm upcasts to fp32, SDPA
   attention), counted tensor by tensor with ``torch.autograd.graph.saved_tensors_hooks``;
-  ``tests/unit/utils/test_memory_plan.py`` checks the formula against that count for fp32,
+  ``tests/unit/plan/test_memory_plan.py`` checks the formula against that count for fp32,
   bf16 parameters and bf16 autocast, with and without a padding mask.
 * **Logits** (:data:`LOGIT_COPIES`): ``arl.modules.forward`` projects the scored positions onto
   the vocabulary ``model.logit_chunk_tokens`` (C) at a time and recomputes each chunk in the
@@ -249,7 +249,7 @@ class Setup:
         engine: ``hf`` or ``vllm``.
         rank0_loads: rank 0 alone loads the weights, the other ranks build the model on the meta
             device and receive their shards and their engine's weights by broadcast
-            (``trainer.sharding.load``, :func:`arl.utils.fsdp.loads_on_rank0`).
+            (``trainer.sharding.load``, :func:`arl.distributed.fsdp.loads_on_rank0`).
         vllm_utilization: ``rollout.vllm.gpu_memory_utilization`` (share of the whole device).
         vllm_sleep: sleep mode frees vLLM's memory during the update (GPU only).
         vllm_sleep_level: 1 offloads vLLM's weights to pinned host memory while it sleeps; 2 (the

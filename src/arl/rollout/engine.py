@@ -118,7 +118,7 @@ class LazyEngine:
 
     Args:
         factory: ``factory()`` builds the engine (on the device
-            :func:`arl.utils.placement.resolve_placement` gives this process).
+            :func:`arl.distributed.placement.resolve_placement` gives this process).
     """
 
     def __init__(self, factory: Callable[[], Any]):

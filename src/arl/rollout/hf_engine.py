@@ -23,7 +23,7 @@ from arl.rollout.hf_stream import RefillDecoder, split_stops
 
 def resolve_device(device: str | torch.device | None) -> torch.device | None:
     """``rollout.device`` as a device: ``auto`` is this process's GPU when there is one (the one
-    :func:`arl.utils.placement.resolve_placement` gives it: torchrun, srun or Lightning's spawner),
+    :func:`arl.distributed.placement.resolve_placement` gives it: torchrun, srun or Lightning's spawner),
     else None.
 
     None (or ``auto`` without a GPU) generates wherever the model is.
@@ -33,7 +33,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
     if str(device) == "auto":
         if not torch.cuda.is_available():
             return None
-        from arl.utils.placement import resolve_placement
+        from arl.distributed.placement import resolve_placement
 
         return torch.device(resolve_placement().device)
     return torch.device(device)

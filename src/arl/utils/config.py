@@ -1,5 +1,6 @@
 """Ground-floor config helpers: the error type of a bad config value, the config as plain
-containers, a typed section read from a config node, and Hydra's resolvers.
+containers, a typed section read from a config node, and a run folder's short name (the resolvers
+that use it: :mod:`arl.run.resolvers`).
 
 The start-up validation of the composed config sits above every room, in :mod:`arl.run.checks`.
 """
@@ -32,16 +33,6 @@ def short_dirname(name: str, limit: int = RUN_DIRNAME_LIMIT) -> str:
         return name
     digest = hashlib.sha256(raw).hexdigest()[:10]
     return raw[: limit - 11].decode(errors="ignore") + "~" + digest
-
-
-def register_resolvers() -> None:
-    """The resolvers the configs use (``arl_dirname`` and ``arl_run_stamp`` in ``configs/hydra/default.yaml``)."""
-    if not OmegaConf.has_resolver("arl_dirname"):
-        OmegaConf.register_new_resolver("arl_dirname", short_dirname)
-    if not OmegaConf.has_resolver("arl_run_stamp"):
-        from arl.utils.placement import run_stamp
-
-        OmegaConf.register_new_resolver("arl_run_stamp", lambda: run_stamp(), use_cache=True)
 
 
 class ConfigError(ValueError):

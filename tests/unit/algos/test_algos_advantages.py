@@ -345,7 +345,7 @@ def test_gigpo_is_vectorised() -> None:
     """The torch operators GiGPO runs do not grow with the batch (no Python loop over samples, episodes,
     groups or anchors): 160 and 20,000 turn samples run the same number of operators. Counted, not timed
     (``bench/algos.py --check`` times it against its 50 ms budget)."""
-    from arl.utils.live_bytes import LiveTensorBytes
+    from arl.plan.live_bytes import LiveTensorBytes
 
     ops = []
     for episodes in (16, 2000):

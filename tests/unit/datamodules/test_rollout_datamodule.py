@@ -101,7 +101,7 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
     # the module combines the gathered Metrics the same way
     module = AgenticRLModule.__new__(AgenticRLModule)
     monkeypatch.setattr(AgenticRLModule, "_world_size", lambda self: 2)
-    monkeypatch.setattr("arl.utils.distributed.all_gather_object", lambda obj: per_rank)
+    monkeypatch.setattr("arl.distributed.ranks.all_gather_object", lambda obj: per_rank)
     assert module._reduce_metrics(per_rank[0]) == out
     # the batch reaches the step with its rules: Lightning's generic transfer cannot rebuild them
     from lightning.fabric.utilities.apply_func import move_data_to_device

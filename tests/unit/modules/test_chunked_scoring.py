@@ -23,7 +23,7 @@ from arl.modules.forward import (
     greedy_hits,
     token_log_probs,
 )
-from arl.utils.live_bytes import LiveTensorBytes
+from arl.plan.live_bytes import LiveTensorBytes
 
 
 def _batch(vocab: int, b: int = 3, length: int = 20, seed: int = 0, prompt: int = 6) -> dict[str, torch.Tensor]:

@@ -24,9 +24,7 @@ def _worker(rank: int, port: int, path: str, out_dir: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from arl.models.loading import load_policy
-    from arl.run.builders import reference_copy
-    from arl.utils.fsdp import (
+    from arl.distributed.fsdp import (
         full_state_dict,
         fully_shard_model,
         gather_on_rank0,
@@ -35,6 +33,8 @@ def _worker(rank: int, port: int, path: str, out_dir: str) -> None:
         meta_copy,
         weights_from_rank0,
     )
+    from arl.models.loading import load_policy
+    from arl.run.builders import reference_copy
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arl.utils.stats import (
+from arl.analysis.stats import (
     EXACT_BOOTSTRAP_MAX,
     bootstrap_ci,
     bootstrap_distribution,

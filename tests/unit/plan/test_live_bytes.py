@@ -1,4 +1,4 @@
-"""arl.utils.live_bytes: storage bytes counted from the tensors, by hand on small cases."""
+"""arl.plan.live_bytes: storage bytes counted from the tensors, by hand on small cases."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arl.utils.live_bytes import LiveTensorBytes, storage_bytes
+from arl.plan.live_bytes import LiveTensorBytes, storage_bytes
 
 F32 = 4
 

@@ -1,4 +1,4 @@
-"""Threads per process: the cores shared among the live ARL processes (arl.utils.threads)."""
+"""Threads per process: the cores shared among the live ARL processes (arl.distributed.threads)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from arl.utils import threads as th
+from arl.distributed import threads as th
 from arl_testing import ROOT
 
 
@@ -30,7 +30,7 @@ def test_share_divides_the_cores(cores, processes, expected):
 def _registered_sleeper(folder):
     """A second process that registers in ``folder`` and waits (as a run beside this one would)."""
     code = (
-        "import sys, time; sys.path.insert(0, {!r}); from arl.utils.threads import ThreadRegistry; "
+        "import sys, time; sys.path.insert(0, {!r}); from arl.distributed.threads import ThreadRegistry; "
         "r = ThreadRegistry({!r}); r.register(); print('ready', flush=True); time.sleep(60)"
     ).format(str(ROOT / "src"), str(folder))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -135,7 +135,7 @@ def test_entry_points_register_and_leave(tmp_path):
     """src/train.py under threads=auto registers itself while it runs and removes its entry at exit."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     code = (
-        "import sys, os; sys.path.insert(0, {!r}); from arl.utils import threads as th; "
+        "import sys, os; sys.path.insert(0, {!r}); from arl.distributed import threads as th; "
         "n = th.configure_threads('auto', th.ThreadRegistry({!r})); "
         "print(n, os.path.exists(os.path.join({!r}, str(os.getpid()))))"
     ).format(str(ROOT / "src"), str(tmp_path), str(tmp_path))

@@ -1,4 +1,4 @@
-"""Where a process runs, from the launcher's variables (:mod:`arl.utils.placement`): by hand for
+"""Where a process runs, from the launcher's variables (:mod:`arl.distributed.placement`): by hand for
 each launcher, and the cases where guessing would put several ranks on one GPU."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from arl.utils.placement import Placement, PlacementError, export_placement, resolve_placement
+from arl.distributed.placement import Placement, PlacementError, export_placement, resolve_placement
 
 SRUN = {"SLURM_NTASKS": "16", "SLURM_PROCID": "11", "SLURM_LOCALID": "3", "SLURM_NTASKS_PER_NODE": "8",
         "SLURM_JOB_NAME": "arl", "SLURM_NODEID": "1"}
@@ -88,7 +88,7 @@ def test_plan_and_train_refuse_a_launch_that_does_not_say_where_it_runs(tmp_path
 
 
 def test_trainer_processes_counts_devices_and_nodes_by_hand():
-    from arl.utils.placement import trainer_processes
+    from arl.distributed.placement import trainer_processes
 
     assert trainer_processes({"devices": 2, "num_nodes": 3}) == 6
     assert trainer_processes({"devices": [0, 2], "accelerator": "gpu"}) == 2  # a list of device indices
@@ -103,7 +103,7 @@ def test_trainer_processes_counts_devices_and_nodes_by_hand():
 
 
 def test_the_run_folder_is_named_by_an_id_every_rank_reads_alike():
-    from arl.utils.placement import run_stamp, shared_run_id
+    from arl.distributed.placement import run_stamp, shared_run_id
 
     srun = {**SRUN, "SLURM_JOB_ID": "4711", "SLURM_STEP_ID": "0"}
     assert shared_run_id(srun) == run_stamp(srun) == "slurm-4711.0"
@@ -117,7 +117,7 @@ def test_the_run_folder_is_named_by_an_id_every_rank_reads_alike():
 
 
 def test_ranks_that_could_name_different_folders_are_refused():
-    from arl.utils.placement import run_folder_problem
+    from arl.distributed.placement import run_folder_problem
 
     torchrun = {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none", "GROUP_RANK": "0"}
     p = resolve_placement(torchrun, cuda_count=2)
@@ -149,7 +149,7 @@ def test_train_refuses_a_torchrun_launch_without_a_shared_run_folder(tmp_path):
 def test_a_listed_trainer_device_is_the_ranks_device():
     """trainer.devices=[4,5,6,7]: local rank i runs on device 4+i, as Lightning places it, so the
     rollout engines share the trainer's GPU (they took cuda:<local rank> before)."""
-    from arl.utils.placement import export_trainer_devices
+    from arl.distributed.placement import export_trainer_devices
 
     env = {"LOCAL_RANK": "1", "RANK": "1", "WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "x"}
     export_trainer_devices({"devices": [4, 5, 6, 7]}, env)

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from arl.utils import distributed as dist_utils
+from arl.distributed import ranks as dist_utils
 
 SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy")
 
@@ -62,7 +62,7 @@ def loads_on_rank0(c: Mapping[str, Any]) -> bool:
     choice = (trainer.get("sharding") or {}).get("load", "auto")
     if choice == "every_rank":
         return False
-    from arl.utils.placement import trainer_processes
+    from arl.distributed.placement import trainer_processes
 
     return (strategy_name(trainer) == "ModelParallelStrategy" and trainer_processes(trainer) > 1
             and (c.get("rollout") or {}).get("engine") == "vllm")

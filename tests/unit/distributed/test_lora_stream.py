@@ -1,4 +1,4 @@
-"""LoRA adapters merged into a weight stream (:mod:`arl.utils.lora_stream`), the way vLLM gets a
+"""LoRA adapters merged into a weight stream (:mod:`arl.distributed.lora_stream`), the way vLLM gets a
 LoRA policy's weights: against peft's own merge on the tiny model, in any stream order, and the
 model's outputs."""
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arl.utils.lora_stream import lora_scalings, merge_lora_stream
+from arl.distributed.lora_stream import lora_scalings, merge_lora_stream
 from arl_testing import lora_config, model_config
 
 peft = pytest.importorskip("peft")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from arl.utils.fsdp import iter_full_tensors
+from arl.distributed.fsdp import iter_full_tensors
 
 
 def test_every_state_dict_name_once_and_tied_tensors_from_one_gather(tiny):
@@ -39,7 +39,7 @@ def _gather_rank(rank: int, world: int, port: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard, distribute_tensor
 
-    from arl.utils.fsdp import gather_full
+    from arl.distributed.fsdp import gather_full
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
