@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,22 @@ from arl.utils.logging import console, results_table
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Parts:
+    """What a run trains and plays with: the policy and its tokenizer, the rollout engine and the
+    agent loop around it. ``engine_model`` is the module the engine generates from: the policy
+    itself, or (sharded, every rank loading) an unsharded copy that gathers refresh after each
+    update. ``frame``: where rank 0 alone holds the weights (``trainer.sharding.load``), a meta copy
+    of the policy taken before it is sharded, which the export gathers the final weights into."""
+
+    model: Any
+    tokenizer: Any
+    engine_model: Any
+    engine: Any
+    loop: Any
+    frame: Any = None
+
+
 def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     """Run the whole job; returns the final metrics (``optimized_metric`` among them).
 
@@ -82,33 +99,27 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     c, out_dir = _run_folder(cfg, c, ckpt, resume_it)
     L.seed_everything(c["seed"], workers=True)
     _quiet_lightning_logging()
-    model, tokenizer, engine_model, engine, loop = _load_parts(c)
+    parts = _load_parts(c)
     results: dict[str, Any] = {"run_dir": str(out_dir)}
     if ckpt is not None:
         results["resumed_from"] = str(ckpt)
         console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
 
     if run.bc.enabled and not run.model.init_from and ckpt is None:
-        bc_results, model = run_bc(c, model, engine_model, tokenizer, loop, out_dir)
-        if weights_from_rank0(model):  # the engine holds no copy: drop the module BC sharded
-            engine_model = model
-        end_stage()  # the BC stage's tracker runs close
+        bc_results, parts = _bc_stage(c, parts, out_dir, fold_for_rl=run.rl.enabled, lora=run.model.lora)
         results.update(bc_results)
-        if run.rl.enabled and is_peft_model(model):  # the BC adapters become the base: the RL reference (the
-            from_rank0 = weights_from_rank0(model)      # policy with fresh adapters off) is the BC policy
-            model = fold_adapters(model, run.model.lora)
-            if from_rank0:  # a new module: rank 0's fresh adapters reach the others when it is sharded
-                mark_weights_from_rank0(model)
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
-        return finish_bc_only(c, results, loop, engine, out_dir)
+        return finish_bc_only(c, results, parts.loop, parts.engine, out_dir)
 
-    skeleton = meta_copy(model) if weights_from_rank0(model) else None  # the export's frame (rank 0 gathers)
-    module, trainer = _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results)
-    results["policy_hf"] = _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir, skeleton)
+    if weights_from_rank0(parts.model):  # the export's frame, taken before the RL trainer shards the policy
+        parts.frame = meta_copy(parts.model)
+    rl_results, module, trainer = _rl_stage(c, parts, ckpt, resume_it, callbacks)
+    results.update(rl_results)
+    results["policy_hf"] = _export_policy(parts, module, trainer, out_dir)
     end_stage()
-    loop.close()
-    if callable(getattr(engine, "close", None)):
-        engine.close()
+    parts.loop.close()
+    if callable(getattr(parts.engine, "close", None)):
+        parts.engine.close()
     metric = c.get("optimized_metric")
     results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
     if trainer.is_global_zero:
@@ -143,11 +154,11 @@ def _run_folder(
     return c, out_dir
 
 
-def _load_parts(c: dict[str, Any]):
-    """``(model, tokenizer, engine_model, engine, loop)``: the policy, and the rollout engine and
-    agent loop around it; under sharding with every rank loading the engine keeps its own unsharded
-    copy of the policy (synced by gathering after updates), otherwise ``engine_model`` is the policy
-    itself (rank-0 loading: vLLM receives its weights by broadcast and keeps no copy)."""
+def _load_parts(c: dict[str, Any]) -> Parts:
+    """The policy, and the rollout engine and agent loop around it; under sharding with every rank
+    loading the engine keeps its own unsharded copy of the policy (synced by gathering after
+    updates), otherwise ``engine_model`` is the policy itself (rank-0 loading: vLLM receives its
+    weights by broadcast and keeps no copy)."""
     from_rank0 = loads_on_rank0(c)
     model, tokenizer, source = load_model(c["model"], c["trainer"], from_rank0=from_rank0)
     model.train()
@@ -162,19 +173,34 @@ def _load_parts(c: dict[str, Any]):
     # own weights, so under rank-0 loading nothing is copied (the engine is loaded by broadcast)
     engine_model = copy.deepcopy(model) if sharded and not from_rank0 else model
     engine = build_engine(c["rollout"], engine_model, tokenizer)
-    return model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer)
+    return Parts(model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer))
 
 
-def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, results):
+def _bc_stage(c: dict[str, Any], parts: Parts, out_dir: Path, fold_for_rl: bool, lora) -> tuple[dict[str, Any], Parts]:
+    """Behaviour cloning (:func:`arl.run.bc_stage.run_bc`); returns its results and the parts RL
+    starts from. With ``fold_for_rl`` a LoRA policy's BC adapters are folded into its base, which
+    becomes the RL reference (the policy with fresh adapters off) and keeps the BC policy."""
+    bc_results, model = run_bc(c, parts.model, parts.engine_model, parts.tokenizer, parts.loop, out_dir)
+    engine_model = model if weights_from_rank0(model) else parts.engine_model  # no engine copy: drop BC's module
+    end_stage()  # the BC stage's tracker runs close
+    if fold_for_rl and is_peft_model(model):
+        from_rank0 = weights_from_rank0(model)
+        model = fold_adapters(model, lora)
+        if from_rank0:  # a new module: rank 0's fresh adapters reach the others when it is sharded
+            mark_weights_from_rank0(model)
+    return bc_results, Parts(model, parts.tokenizer, engine_model, parts.engine, parts.loop)
+
+
+def _rl_stage(c: dict[str, Any], parts: Parts, ckpt: Path | None, resume_it: int | None, callbacks: list | None):
     """The RL stage: validate the start (a fresh run), fit (from ``ckpt`` on a resume), validate the
-    end unless the last iteration did; its results go into ``results``. Returns (module, trainer)."""
-    module = build_rl_module(c, model, tokenizer)
-    dm = build_rollout_datamodule(c, loop, module)
+    end unless the last iteration did. Returns (its results, module, trainer)."""
+    module = build_rl_module(c, parts.model, parts.tokenizer)
+    dm = build_rollout_datamodule(c, parts.loop, module)
     trainer = build_trainer(
         c,
         "rl",
-        [WeightSync(engine)],
-        model=model,
+        [WeightSync(parts.engine)],
+        model=parts.model,
         purge_step=None if resume_it is None else resume_it + 1,
         extra_callbacks=callbacks,
         max_epochs=1,
@@ -184,8 +210,9 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
         enable_progress_bar=False,
         inference_mode=False,  # metric states persist across validate() and fit()
     )
+    results: dict[str, Any] = {}
     if ckpt is None:
-        results["start_validation"] = _validate_start(c, model, module, trainer, dm)
+        results["start_validation"] = _validate_start(c, parts.model, module, trainer, dm)
         results["val_before_rl"] = dict(module.last_val)
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt is not None else None)
     if module.last_val_iteration != module.iteration or not module.last_val:
@@ -193,7 +220,7 @@ def _rl_stage(c, model, tokenizer, loop, engine, ckpt, resume_it, callbacks, res
     results["val_after_rl"] = dict(module.last_val)
     results["val_sampling"] = sampling_params(c["rollout"], validation=True).describe()
     results["iterations_done"] = int(module.iteration)
-    return module, trainer
+    return results, module, trainer
 
 
 def _validate_start(c, model, module, trainer, dm) -> str:
@@ -225,17 +252,17 @@ def _validate_start(c, model, module, trainer, dm) -> str:
     return f"read back from {stored['entry']} (played by {stored['written_by']})"
 
 
-def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_dir: Path, skeleton=None) -> str:
+def _export_policy(parts: Parts, module, trainer, out_dir: Path) -> str:
     """Save the final policy as a HF folder (``policy_hf``, rank 0); sharded, the final weights are
     gathered into the engine's copy first (every rank takes part; under FSDP2 one tensor at a time,
     so no GPU holds the whole unsharded model while the engine is awake); where rank 0 alone
-    loaded the weights, rank 0 alone gathers them, into ``skeleton`` (a meta copy of the policy
-    taken before it was sharded). Returns its path."""
-    if skeleton is not None:
-        engine_model = gather_on_rank0(module.policy, skeleton)
-    elif engine_model is not model:
-        sync_engine(engine, trainer, module)
-        if getattr(engine, "model", None) is not engine_model:
+    loaded the weights, rank 0 alone gathers them, into ``parts.frame``. Returns its path."""
+    engine_model = parts.engine_model
+    if parts.frame is not None:
+        engine_model = gather_on_rank0(module.policy, parts.frame)
+    elif engine_model is not parts.model:
+        sync_engine(parts.engine, trainer, module)
+        if getattr(parts.engine, "model", None) is not engine_model:
             if is_fsdp2(module.policy):  # one gathered tensor at a time into the host copy, not the whole model
                 target = engine_model.state_dict()
                 for name, full in iter_full_tensors(module.policy):
@@ -244,7 +271,7 @@ def _export_policy(engine, engine_model, model, module, trainer, tokenizer, out_
                 engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
     hf_dir = out_dir / "policy_hf"
     if trainer.is_global_zero:
-        hf_dir = save_hf(engine_model, tokenizer, hf_dir)
+        hf_dir = save_hf(engine_model, parts.tokenizer, hf_dir)
     trainer.strategy.barrier("arl_export")
     return str(hf_dir)
 
