@@ -418,9 +418,10 @@ pages:
 """
 
 
-def _other_study(root, env, types=False):
+def _other_study(root, env, types=False, scores=None, spec_text=None):
     """root/results/findings.yaml and root/results/other/runs/<algo>_seed<k>: 2 settings x 2 seeds of
-    ``env`` (GAIN_RUNS; with ``types`` the per-type success of TYPES; SAMPO's episodes of GAMES)."""
+    ``env`` (GAIN_RUNS; with ``types`` the per-type success of TYPES; with ``scores`` (algo -> [(start,
+    final) per seed]) a WebShop-like ``val/score``; SAMPO's episodes of GAMES)."""
     import json
 
     runs = root / "results" / "other" / "runs"
@@ -431,6 +432,8 @@ def _other_study(root, env, types=False):
                        "rollout/success_rate": [(k, 0.5) for k in range(1, 9)]}
             if types:
                 scalars.update({f"val/success_rate/{t}": [(0, s[i][0]), (8, s[i][1])] for t, s in TYPES[algo].items()})
+            if scores:
+                scalars["val/score"] = [(0, scores[algo][i][0]), (8, scores[algo][i][1])]
             write_rl_events(folder, scalars)
             (folder / ".hydra").mkdir()
             config = {**CONFIG, "seed": seed, "env": env, "rl": {**CONFIG["rl"], "iterations": 8, "val_every": 8}}
@@ -442,7 +445,7 @@ def _other_study(root, env, types=False):
                     rows = [{"seed": s, "task_type": "algebra", "won": bool(w[col])} for s, w in GAMES[seed].items()]
                     text = "".join(json.dumps(r) + "\n" for r in rows)
                     (folder / "val_episodes" / f"iter{step}.jsonl").write_text(text)
-    (root / "results" / "findings.yaml").write_text(OTHER_SPEC)
+    (root / "results" / "findings.yaml").write_text(spec_text or OTHER_SPEC)
     return _spec(root)
 
 
@@ -510,6 +513,26 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
     gain_line, final_line = finding_row(spec, mixed).lines
     assert gain_line.ours.startswith("gain over the start (T 0.6): SAMPO +0.250 (2/2 above 0), SAMPO - GRPO ")
     assert final_line.ours.startswith("final success (T 0.6): SAMPO - GRPO ") and "SAMPO +" not in final_line.ours
+
+
+def test_the_score_gain_reads_val_score_on_successs_scale_by_hand(tmp_path):
+    """WebShop's second metric: the gain of `val/score` (the mean final reward x 100) / 100, with the start's
+    spread beside it on that scale, not success's."""
+    from arl.analysis.findings import finding_row
+
+    scores = {"sampo": [(50.0, 62.5), (40.0, 55.0)], "grpo": [(50.0, 50.0), (40.0, 45.0)]}
+    text = OTHER_SPEC.replace("measures: [final, gain]", "measures: [final, gain, score-gain]").replace(
+        "    measures: [gain]\n", "    measures: [score-gain]\n")
+    spec = _other_study(tmp_path, MATH_ENV, scores=scores, spec_text=text)
+    study = spec.study("other_study")
+    c = study.contrast("algo=sampo", "score-gain")
+    assert c.per_seed == pytest.approx({"1": 0.125, "2": 0.15})
+    assert study.contrast("algo=grpo", "score-gain").per_seed == pytest.approx({"1": 0.0, "2": 0.05})
+    assert study.contrast("algo=sampo - algo=grpo", "score-gain").per_seed == pytest.approx({"1": 0.125, "2": 0.1})
+    line = finding_row(spec, spec.findings[0]).lines[0]
+    # the start's scores 50 and 40 over the two sampling seeds, / 100; success's start was 0.250-0.500
+    assert line.ours == ("score gain over the start (T 0.6): SAMPO +0.138 (2/2 above 0); the start 0.400-0.500 "
+                         "over seeds 1, 2")
 
 
 def test_an_alfworld_study_names_its_task_types_and_the_types_block_by_hand(tmp_path):

@@ -242,12 +242,12 @@ def _head(measure: str, label: str, ours: bool) -> str:
     return f"{head} ({'the paper' if paper else 'ours, not the paper'}'s metric)"
 
 
-def _start_note(studies: list[Study], short: bool = False) -> str:
+def _start_note(studies: list[Study], short: bool = False, measure: Measure = MEASURE_KINDS["gain"]) -> str:
     """``"; the start 0.432-0.473 over seeds 5, 6, 7, 8"``: where each study's start policy scored
-    at iteration 0 over its sampling seeds (the same weights), to read a gain against."""
+    at iteration 0 over its sampling seeds (the same weights), on ``measure``'s scale, to read a gain against."""
     parts = []
     for s in studies:
-        lo, hi = s.start_range()
+        lo, hi = s.start_range(tag=measure.start_tag, scale=measure.start_scale)
         span = f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}-{hi:.3f}"
         parts.append(f"{s.short + ' ' if len(studies) > 1 else ''}{span}" +
                      ("" if short else f" over seeds {s.facts['seeds']}"))
@@ -282,8 +282,8 @@ def finding_row(spec: Spec, f: dict) -> Row:
                                          for n, c in zip(names, contrasts))
         ours_short = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f}" for n, c in zip(names, contrasts))
         if MEASURE_KINDS[m].against_zero:  # a gain: beside it, the start's spread over the sampling seeds
-            ours += _start_note(studies)
-            ours_short += _start_note(studies, short=True)
+            ours += _start_note(studies, measure=MEASURE_KINDS[m])
+            ours_short += _start_note(studies, short=True, measure=MEASURE_KINDS[m])
         lo_hi, holms, interval = _interval_cell(contrasts)
         words = []
         for c in contrasts:

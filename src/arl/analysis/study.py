@@ -39,6 +39,18 @@ class Measure:
     # for a finding of the paper: whether this is the paper's metric (final validation success), or
     # ours only (training episodes at T 1.0); None where it is neither said nor needed
     paper: bool | None = None
+    # the validation scalar a gain is read against at iteration 0 (the start's spread beside a gain), and
+    # the factor that puts it on the measure's scale
+    start_tag: str = "val/success_rate"
+    start_scale: float = 1.0
+
+
+def _scaled(tag: str, of: Callable[[Run, str], float | None], scale: float) -> Callable[[Run], float | None]:
+    def value(run: Run) -> float | None:
+        v = of(run, tag)
+        return None if v is None else v * scale
+
+    return value
 
 
 def _window_mean(tag: str, first: int, last: int) -> Callable[[Run], float | None]:
@@ -56,6 +68,12 @@ MEASURE_KINDS: dict[str, Measure] = {
     "gain": Measure("gain over the start (T {val_T})", MEASURES["gain over the start"],
                     "gain over the start: `val/success_rate` at iteration {iterations} minus at iteration 0 (the "
                     "start policy), the same {val_episodes} {held_out} sampled at {VT}", against_zero=True),
+    # WebShop's second metric: the paper's score (mean final reward x 100), here / 100 so that it reads on
+    # success's scale (a win scores 1, a near miss its share of the goal's attributes, options and price)
+    "score-gain": Measure("score gain over the start (T {val_T})", _scaled("val/score", Run.gain, 0.01),
+                          "score gain over the start: `val/score` / 100 (the mean final reward, on [0, 1]) at "
+                          "iteration {iterations} minus at iteration 0, the same {val_episodes} {held_out} sampled at "
+                          "{VT}", against_zero=True, start_tag="val/score", start_scale=0.01),
     "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
                         "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
                         "rounds included) at {T}, mean over the {iterations} iterations", paper=False),
@@ -227,10 +245,11 @@ class Study:
             out[r.name] = running[-1][1] if running else r.total("actor/optimizer_steps")
         return out
 
-    def start_range(self, seeds: set[str] | None = None) -> tuple[float, float]:
-        """The lowest and highest validation success at iteration 0 (the start policy) over the runs
-        of ``seeds``: the same weights, sampled with each seed."""
-        starts = [v for v in (r.first("val/success_rate") for r in self.select(seeds)) if v is not None]
+    def start_range(self, seeds: set[str] | None = None, tag: str = "val/success_rate",
+                    scale: float = 1.0) -> tuple[float, float]:
+        """The lowest and highest validation value ``tag`` (success) at iteration 0 (the start policy), times
+        ``scale``, over the runs of ``seeds``: the same weights, sampled with each seed."""
+        starts = [v * scale for v in (r.first(tag) for r in self.select(seeds)) if v is not None]
         return min(starts), max(starts)
 
     def below_start(self) -> tuple[int, int]:
