@@ -148,7 +148,7 @@ def build_update(model: str, tokens: int, row: int, checkpointing: bool, iters: 
     from arl.agent.samples import collate_episodes
     from arl.datamodules.batches import RolloutBatch
     from arl.models.loading import check_tokenizer, load_policy
-    from arl.modules.rl_module import AgenticRLModule
+    from arl.modules.rl_module import AgenticRLModule, UpdateSettings
     from arl.plan import resolve_architecture
     from arl.plan.memory import Setup, make_plan
 
@@ -165,7 +165,7 @@ def build_update(model: str, tokens: int, row: int, checkpointing: bool, iters: 
     reference = copy.deepcopy(policy)
     module = AgenticRLModule(
         policy, reference, tok, algo, lambda params: torch.optim.AdamW(params, lr=1e-6, weight_decay=0.01),
-        ppo_epochs=1, mini_batches=1, micro_token_budget=tokens, grad_clip=1.0, temperature=1.0,
+        UpdateSettings(ppo_epochs=1, mini_batches=1, micro_token_budget=tokens, grad_clip=1.0, temperature=1.0),
     )
     eps = episodes_for(tokens, row, len(tok))
     batches = []

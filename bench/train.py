@@ -155,7 +155,7 @@ def run_trainer(policy, tokenizer, episodes, algo: dict, args, device: torch.dev
 
     from arl.agent.samples import collate_episodes
     from arl.datamodules.batches import RolloutBatch
-    from arl.modules.rl_module import AgenticRLModule
+    from arl.modules.rl_module import AgenticRLModule, UpdateSettings
 
     reference = None
     if algo["kl"]["coef"] > 0:
@@ -165,8 +165,8 @@ def run_trainer(policy, tokenizer, episodes, algo: dict, args, device: torch.dev
     module = AgenticRLModule(
         policy, reference, tokenizer, algo,
         lambda params: torch.optim.AdamW(params, lr=1e-5, weight_decay=0.0),
-        ppo_epochs=1, mini_batches=args.mini_batches, micro_token_budget=args.micro_tokens, grad_clip=1.0,
-        temperature=1.0,
+        UpdateSettings(ppo_epochs=1, mini_batches=args.mini_batches, micro_token_budget=args.micro_tokens,
+                       grad_clip=1.0, temperature=1.0),
     )
     per_iter: list[dict] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,6 +43,36 @@ from arl.utils.timing import timed
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateSettings:
+    """How one iteration's update runs, apart from the algorithm (``algo``): the ``rl`` group's
+    update keys as :func:`arl.run.builders.build_rl_module` resolves them. The defaults are for
+    programmatic use (benchmarks, tests); a run takes every value from its config.
+
+    - ``ppo_epochs`` passes over the batch, each of ``mini_batches`` optimiser steps, or of
+      ``ceil(samples / mini_batch_size)`` when ``mini_batch_size`` is set (the official sizing);
+    - ``micro_token_budget``: the tokens of one forward/backward pass (a mini-batch is split to fit);
+    - ``grad_clip``: the gradient norm's bound; ``warmup_steps`` of linear learning-rate warm-up;
+    - ``temperature``: the rollout's sampling temperature, which scoring divides the logits by;
+    - ``reuse_rollout_log_probs``: pi_old is the rollout engine's log-probs (``rl.old_log_probs``);
+    - ``logit_chunk_tokens``: the rows of logits scored at once; ``balance_tokens``: deal each
+      step's rows over the ranks by their token counts;
+    - ``sharding``: ``trainer.sharding`` (FSDP2: the blocks ``configure_model`` shards), or None.
+    """
+
+    ppo_epochs: int = 1
+    mini_batches: int = 2
+    mini_batch_size: int | None = None
+    micro_token_budget: int = 8192
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    temperature: float = 1.0
+    reuse_rollout_log_probs: bool = False
+    logit_chunk_tokens: int = CHUNK_TOKENS
+    balance_tokens: bool = True
+    sharding: Mapping[str, Any] | None = None
 
 
 class AgenticRLModule(LightningModule):
@@ -83,19 +114,10 @@ class AgenticRLModule(LightningModule):
         tokenizer,
         algo: AlgoConfig | Mapping[str, Any],
         optimizer: Callable,
-        ppo_epochs: int = 1,
-        mini_batches: int = 2,
-        mini_batch_size: int | None = None,
-        micro_token_budget: int = 8192,
-        grad_clip: float = 1.0,
-        warmup_steps: int = 0,
-        temperature: float = 1.0,
-        reuse_rollout_log_probs: bool = False,
-        sharding: dict[str, Any] | None = None,
-        logit_chunk_tokens: int = CHUNK_TOKENS,
-        balance_tokens: bool = True,
+        update: UpdateSettings | None = None,
     ):
         super().__init__()
+        update = update or UpdateSettings()
         self.automatic_optimization = False
         self.policy = policy
         self.reference = reference
@@ -106,22 +128,22 @@ class AgenticRLModule(LightningModule):
         self.advantage_fn = advantages.get(self.algo.advantage.name)
         self.advantage_kwargs = advantages.estimator_kwargs(self.algo.advantage)
         self.optimizer_factory = optimizer
-        self.ppo_epochs = ppo_epochs
-        self.mini_batches = mini_batches
-        self.mini_batch_size = int(mini_batch_size) if mini_batch_size else None
-        self.micro_token_budget = micro_token_budget
-        self.grad_clip = grad_clip
-        self.warmup_steps = warmup_steps
-        self.temperature = temperature
-        self.logit_chunk_tokens = int(logit_chunk_tokens)
-        self.reuse_rollout_log_probs = bool(reuse_rollout_log_probs)
-        self.balance_tokens = bool(balance_tokens)
+        self.ppo_epochs = update.ppo_epochs
+        self.mini_batches = update.mini_batches
+        self.mini_batch_size = int(update.mini_batch_size) if update.mini_batch_size else None
+        self.micro_token_budget = update.micro_token_budget
+        self.grad_clip = update.grad_clip
+        self.warmup_steps = update.warmup_steps
+        self.temperature = update.temperature
+        self.logit_chunk_tokens = int(update.logit_chunk_tokens)
+        self.reuse_rollout_log_probs = bool(update.reuse_rollout_log_probs)
+        self.balance_tokens = bool(update.balance_tokens)
         if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
                 "algo.loss.agg=seq-mean-token-sum-norm needs a constant horizon (algo.loss.horizon); the padded "
                 "width of a micro-batch would make the update depend on how the batch is split"
             )
-        self.sharding = dict(sharding) if sharding else None
+        self.sharding = dict(update.sharding) if update.sharding else None
         self.skipped_steps = 0
         self.optimizer_steps_total = 0  # train/optimizer_steps: every optimiser step of the run
         self.updates_skipped = 0  # train/updates_skipped: iterations that made no optimiser step

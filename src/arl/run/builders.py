@@ -25,7 +25,7 @@ from arl.distributed.fsdp import is_sharded, strategy_kwargs, strategy_name
 from arl.distributed.placement import trainer_processes
 from arl.models.config import ModelSettings, model_settings
 from arl.models.lora import is_peft_model
-from arl.modules.rl_module import AgenticRLModule
+from arl.modules.rl_module import AgenticRLModule, UpdateSettings
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.run.loggers import build_loggers, log_hyperparameters
@@ -244,12 +244,7 @@ def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
     reference = None
     if algo.kl.coef > 0 and not is_peft_model(model):
         reference = reference_copy(model, rl.reference_dtype)
-    return AgenticRLModule(
-        model,
-        reference,
-        tokenizer,
-        algo,
-        instantiate(rl.optimizer),
+    update = UpdateSettings(
         ppo_epochs=rl.ppo_epochs,
         mini_batches=rl.mini_batches,
         mini_batch_size=rl.mini_batch_size,
@@ -258,10 +253,11 @@ def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
         warmup_steps=rl.warmup_steps,
         temperature=run.rollout.temperature or 1.0,
         reuse_rollout_log_probs=reuse_rollout_log_probs(c),
-        sharding=c["trainer"].get("sharding"),
         logit_chunk_tokens=run.model.logit_chunk_tokens,
         balance_tokens=rl.balance_tokens,
+        sharding=c["trainer"].get("sharding"),
     )
+    return AgenticRLModule(model, reference, tokenizer, algo, instantiate(rl.optimizer), update)
 
 
 def build_rollout_datamodule(c: Mapping[str, Any], loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
