@@ -3,6 +3,7 @@
 Nothing in training imports this package; ``src/report.py`` and ``src/compare.py`` are its command
 lines. Its modules, each importing at run time only those above it in this list (and ``arl.utils``):
 
+- :mod:`~arl.analysis.stats`: the statistics (t intervals, paired tests, the bootstrap, power);
 - :mod:`~arl.analysis.runs`: reading run folders (overrides, configs, event files, BC results,
   validation episodes) into :class:`~arl.analysis.runs.Run` records, grouped by setting;
 - :mod:`~arl.analysis.tables`: the markdown tables of a multirun's report, and the measures a paired

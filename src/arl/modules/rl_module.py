@@ -47,19 +47,30 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class UpdateSettings:
-    """How one iteration's update runs, apart from the algorithm (``algo``): the ``rl`` group's
-    update keys as :func:`arl.run.builders.build_rl_module` resolves them. The defaults are for
-    programmatic use (benchmarks, tests); a run takes every value from its config.
+    """How one iteration's update runs, apart from the algorithm (``algo``), as
+    :func:`arl.run.builders.build_rl_module` resolves it from the ``rl`` group (and the keys named
+    below from other groups). The defaults are for programmatic use (benchmarks, tests); a run takes
+    every value from its config.
 
-    - ``ppo_epochs`` passes over the batch, each of ``mini_batches`` optimiser steps, or of
-      ``ceil(samples / mini_batch_size)`` when ``mini_batch_size`` is set (the official sizing);
-    - ``micro_token_budget``: the tokens of one forward/backward pass (a mini-batch is split to fit);
-    - ``grad_clip``: the gradient norm's bound; ``warmup_steps`` of linear learning-rate warm-up;
-    - ``temperature``: the rollout's sampling temperature, which scoring divides the logits by;
-    - ``reuse_rollout_log_probs``: pi_old is the rollout engine's log-probs (``rl.old_log_probs``);
-    - ``logit_chunk_tokens``: the rows of logits scored at once; ``balance_tokens``: deal each
-      step's rows over the ranks by their token counts;
-    - ``sharding``: ``trainer.sharding`` (FSDP2: the blocks ``configure_model`` shards), or None.
+    - ``ppo_epochs``, ``mini_batches``: passes over one iteration's samples, and optimiser steps per
+      pass; ``mini_batch_size``: samples per optimiser step over all ranks (the official scripts'
+      ``ppo_mini_batch_size``): a pass makes ``ceil(samples / mini_batch_size)`` steps, so a rollout
+      with more turns gives more steps; None keeps ``mini_batches`` steps;
+    - ``micro_token_budget``: padded tokens per micro-batch (forward/backward chunk);
+    - ``grad_clip``: max global gradient norm; ``warmup_steps``: linear LR warm-up in optimiser steps;
+    - ``temperature``: the rollout's sampling temperature (``rollout.temperature``), which scoring
+      divides the logits by;
+    - ``reuse_rollout_log_probs``: take ``old_log_probs`` from the rollout engine instead of a
+      trainer forward pass (``rl.old_log_probs``). Only exact when the engine scores with this very
+      policy in the trainer's precision (the transformers engine in fp32); the rollout-vs-trainer
+      gap (``is/rollout_*``) is then not measured;
+    - ``logit_chunk_tokens``: scored positions projected onto the vocabulary at once
+      (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`);
+    - ``balance_tokens``: deal each global mini-batch's rows out to the data-parallel ranks by their
+      token counts before its step (:mod:`arl.modules.balance`); the step's gradient is the same
+      either way;
+    - ``sharding``: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
+      FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
     """
 
     ppo_epochs: int = 1
@@ -86,25 +97,7 @@ class AgenticRLModule(LightningModule):
         tokenizer: the policy's tokenizer (padding id).
         algo: the ``algo`` group, typed (:class:`arl.algos.schema.AlgoConfig`) or a mapping validated here.
         optimizer: a partial optimiser (``_partial_: true``) taking the parameters.
-        ppo_epochs, mini_batches: passes over one iteration's samples, and optimiser steps per pass.
-        mini_batch_size: samples per optimiser step over all ranks (the official scripts'
-            ``ppo_mini_batch_size``): a pass makes ``ceil(samples / mini_batch_size)`` steps, so
-            a rollout with more turns gives more steps; None keeps ``mini_batches`` steps.
-        micro_token_budget: padded tokens per micro-batch (forward/backward chunk).
-        grad_clip: max global gradient norm.
-        warmup_steps: linear LR warm-up in optimiser steps.
-        temperature: the rollout sampling temperature (logits are scaled by it when scoring).
-        reuse_rollout_log_probs: take ``old_log_probs`` from the rollout engine instead of a
-            trainer forward pass. Only exact when the engine scores with this very policy in the
-            trainer's precision (the transformers engine in fp32, ``rl.old_log_probs``); the
-            rollout-vs-trainer gap (``is/rollout_*``) is then not measured.
-        sharding: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
-            FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
-        logit_chunk_tokens: scored positions projected onto the vocabulary at once
-            (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`).
-        balance_tokens: deal each global mini-batch's rows out to the data-parallel ranks by
-            their token counts before its step (``rl.balance_tokens``; :mod:`arl.modules.balance`);
-            the step's gradient is the same either way.
+        update: how the update runs (:class:`UpdateSettings`); None: its defaults.
     """
 
     def __init__(
