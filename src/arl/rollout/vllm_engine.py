@@ -169,9 +169,7 @@ def iter_hf_weights(
 
 def top_k_disabled_value() -> int:
     """What the installed vLLM's ``SamplingParams`` takes as 'no top-k' (0 since 0.8-ish, -1 before)."""
-    import vllm  # optional: the vllm extra
-
-    return int(vllm.SamplingParams().top_k)
+    return int(_import_vllm().SamplingParams().top_k)
 
 
 def sampling_kwargs(
@@ -515,8 +513,7 @@ class VLLMEngine:
 
     def _vllm_params(self, params: SamplingParams, seed: int | None):
         """One ``vllm.SamplingParams`` (warns once when vLLM's log-probs will be the filtered ones)."""
-        import vllm  # optional: the vllm extra
-
+        vllm = _import_vllm()
         if params.temperature > 0 and (params.top_p < 1 or params.top_k > 0) and not self._warned_filter:
             self._warned_filter = True
             log.warning(
