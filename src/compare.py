@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
 
+from arl.analysis.games import compare_table  # after the sys.path line
+
 
 def main(argv: list[str] | None = None) -> int:
-    from arl.analysis.games import compare_table
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("validations", type=Path, nargs="+", help="BEFORE AFTER [BEFORE AFTER ...]")
     ap.add_argument("--out", type=Path, default=None, help="also write the table to this file")

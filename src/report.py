@@ -23,14 +23,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
 
+from arl.analysis.calibration import write_calibration  # after the sys.path line
+from arl.analysis.errors import errors_table
+from arl.analysis.errors import summarise as summarise_errors
+from arl.analysis.findings import load_spec
+from arl.analysis.pages import check_pages, generate, write_pages
+from arl.analysis.report import write_report
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = ROOT / "docs" / "results" / "findings.yaml"
 
 
 def findings_main(argv: list[str]) -> int:
-    from arl.analysis.findings import load_spec
-    from arl.analysis.pages import check_pages, generate, write_pages
-
     ap = argparse.ArgumentParser(prog="report.py findings",
                                  description="the findings of the results page, computed from the run archives")
     ap.add_argument("spec", type=Path, nargs="?", default=DEFAULT_SPEC,
@@ -68,8 +72,6 @@ def findings_main(argv: list[str]) -> int:
 
 
 def calibration_main(argv: list[str]) -> int:
-    from arl.analysis.calibration import write_calibration
-
     ap = argparse.ArgumentParser(prog="report.py calibration",
                                  description="the calibration table of a grid of RL runs from one start")
     ap.add_argument("multirun", type=Path, help="the grid's multirun folder (scripts/calibrate.sh: <OUT>/rl)")
@@ -106,13 +108,13 @@ def _columns_main(argv: list[str], command: str, description: str, summarise, ta
 
 
 def errors_main(argv: list[str]) -> int:
-    from arl.analysis.errors import errors_table, summarise
-
     return _columns_main(argv, "errors", "what follows the first invalid action, per validation (turns kept)",
-                         summarise, errors_table)
+                         summarise_errors, errors_table)
 
 
 def shopping_main(argv: list[str]) -> int:
+    # heavy: the shopping reader replays episodes in the WebShop env (and reads configs with omegaconf);
+    # the other commands need neither
     from arl.analysis.shopping import shopping_table, summarise
 
     return _columns_main(argv, "shopping", "where WebShop episodes break: the query, the click, the purchase "
@@ -129,8 +131,6 @@ def main(argv: list[str] | None = None) -> int:
         return findings_main(argv[1:])
     if argv[:1] == ["calibration"]:
         return calibration_main(argv[1:])
-    from arl.analysis.report import write_report
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run); `findings`: see above")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")

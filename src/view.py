@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
 
+from arl.analysis.viewer import write_viewer  # after the sys.path line
+
 
 def main(argv: list[str] | None = None) -> int:
-    from arl.analysis.viewer import write_viewer
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("folders", type=Path, nargs="+", help="run folders, eval folders, study archives or episodes files")
     ap.add_argument("--out", type=Path, default=None, help="the HTML file (default: <first folder>/episodes.html)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from arl.agent.experts import get_expert, has_expert
 from arl.agent.parsing import TAGS
 from arl.agent.prompts import HistoryItem, render_history
 from arl.envs.registry import make_env
@@ -29,8 +30,6 @@ GENERIC = [
 
 def corpus_texts(env_names: list[str], n_seeds: int, max_turns: int = 6) -> list[str]:
     """Prompts and expert answers of ``n_seeds`` episodes per env; deterministic."""
-    from arl.agent.experts import get_expert, has_expert
-
     texts = list(GENERIC) + [" ".join(TAGS)]
     for name in env_names:
         expert = get_expert(name) if has_expert(name) else None

@@ -12,8 +12,10 @@ picks the block a name asks for.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from arl.analysis.calibration import render, rows_of
 from arl.analysis.contrasts import collapse_tests, fmt_p, plural, ratio_values, threshold_window
 from arl.analysis.findings import Spec, _recorded_row, _shared_names, _table
 from arl.analysis.games import games_by_setting
@@ -272,10 +274,6 @@ def games_block(study: Study) -> str:
 def calibration_block(study: Study) -> str:
     """The study read as a calibration grid (:mod:`arl.analysis.calibration`): one row per setting, the best
     named, then what the columns measure."""
-    from dataclasses import replace
-
-    from arl.analysis.calibration import render, rows_of
-
     f = study.facts
     return (render([replace(r, setting=study.name(r.setting)) for r in rows_of(study.runs)]) +
             f"\n\nGain over the start: `val/success_rate` at iteration {f['iterations']} minus at iteration 0, on "

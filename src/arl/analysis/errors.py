@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from arl.utils.episode_files import iteration_of
+
 NOT_ADMISSIBLE = "not admissible"
 
 
@@ -100,8 +102,6 @@ def episodes_path(path: Path) -> Path:
         return path
     if (path / "val_episodes.jsonl").exists():
         return path / "val_episodes.jsonl"
-    from arl.utils.episode_files import iteration_of
-
     files = [p for p in (path / "val_episodes").glob("iter*.jsonl") if iteration_of(p) is not None]
     if not files:
         raise FileNotFoundError(f"{path}: no episodes file (val_episodes.jsonl or val_episodes/iter<k>.jsonl)")

@@ -85,7 +85,7 @@ def _shown(path: Path) -> Path:
 
 
 def load_spec(path: Path) -> Spec:
-    import yaml
+    import yaml  # heavy: yaml (~20 ms) would make `import arl.analysis.findings` a third slower
 
     path = Path(path)
     if not path.exists():

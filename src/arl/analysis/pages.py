@@ -18,6 +18,7 @@ machine); any other is named, so a number typed by hand about an archived run ca
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +40,7 @@ from arl.analysis.blocks import (
     without_seed_block,
 )
 from arl.analysis.findings import Spec, findings_block, headline_block
+from arl.analysis.values import inline_value
 
 MARKER = re.compile(r"<!-- ([a-z0-9_-]+):begin -->\n(.*?)<!-- \1:end -->", re.DOTALL)
 VALUE = re.compile(r"<!-- value (.+?) -->(.*?)<!-- /value -->", re.DOTALL)
@@ -83,17 +85,11 @@ def render(text: str, blocks: Callable[[str], str], values: Callable[[str], str]
 
 def _cached_blocks(spec: Spec):
     """``block(name)``: the generated block ``name`` of ``spec``, each generated once."""
-    import functools
-
     return functools.lru_cache(maxsize=None)(lambda name: generate(spec, name))
 
 
 def _cached_values(spec: Spec):
     """``value(name)``: the inline value ``name`` of ``spec`` (:func:`arl.analysis.values.inline_value`)."""
-    import functools
-
-    from arl.analysis.values import inline_value
-
     return functools.lru_cache(maxsize=None)(lambda name: inline_value(spec, name))
 
 

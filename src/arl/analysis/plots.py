@@ -54,9 +54,19 @@ def smooth(series: Series, window: int) -> Series:
     return out
 
 
+def _pyplot():
+    """``matplotlib.pyplot`` on the file-only Agg backend."""
+    import matplotlib  # optional: matplotlib (dev extra), only to draw the figures
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # optional: as above; after use("Agg")
+
+    return plt
+
+
 def line_styles(runs: list[Run]) -> dict[str, tuple]:
     """Run label -> (colour, line style): one colour per setting, one line style per seed."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib (dev extra), only to draw the figures
 
     palette = matplotlib.colormaps["tab10" if len({r.group for r in runs}) <= 10 else "tab20"].colors
     dashes = ["-", "--", ":", "-."]
@@ -71,10 +81,7 @@ def line_styles(runs: list[Run]) -> dict[str, tuple]:
 
 def plot_curves(runs: list[Run], out_dir: Path) -> list[Path]:
     """One PNG per entry of :data:`PLOTS` that some run has data for; returns the files."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [r for r in runs if not r.bc_only]  # their steps are not RL iterations
@@ -118,7 +125,7 @@ def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]
     """Panel ``tag`` of plot ``stem`` on ``ax``: every run's curve (smoothed per :data:`SMOOTH`),
     thin under its setting's mean and 95 % band where the setting has several seeds, the y range
     fitted to the lines, titled with the tag (several panels) or the plot's ``title``."""
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # optional: matplotlib (dev extra)
 
     window = SMOOTH.get(tag, 1)
     drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
@@ -168,10 +175,7 @@ def _band(ax, members: list[Run], tag: str, colour, name: str, window: int = 1, 
 def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:
     """Bar chart of the final validation success per setting (mean over seeds, each seed a dot),
     with the mean start success as a tick; None when no run validated."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     groups = settings(r for r in runs if r.final("val/success_rate") is not None)
     if not groups:
@@ -202,10 +206,7 @@ def plot_types(runs: list[Run], out_dir: Path) -> Path | None:
     """Bar chart of the final validation success per task type, one bar per setting in each type's
     group (seed mean, each seed a dot), the setting's mean start success as a dashed tick; None when
     no run logged per-type success (``val/success_rate/<type>``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     runs = [r for r in runs if not r.bc_only]
     types = sorted({t for r in runs for t in r.task_types()})

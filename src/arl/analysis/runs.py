@@ -12,6 +12,7 @@ a measure per setting and seed, what a paired contrast combines.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from arl.analysis.stats import parse_contrast
+from arl.utils.episode_files import iteration_of
 
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
 
@@ -131,7 +133,7 @@ def read_overrides(run_dir: Path) -> dict[str, str]:
     path = Path(run_dir) / ".hydra" / "overrides.yaml"
     if not path.exists():
         return {}
-    import yaml
+    import yaml  # heavy: yaml (~20 ms), only for a run that has the file; keeps the report's imports light
 
     items = yaml.safe_load(path.read_text()) or []
     return parse_overrides(",".join(str(i) for i in items))
@@ -153,6 +155,7 @@ def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
     """Every scalar under ``folder/tensorboard/<subdir>`` (or ``folder/tensorboard`` when that
     subfolder is missing); all event files, the value of the file written later
     (:func:`event_files`) wins for a repeated step."""
+    # heavy: tensorboard's reader (~0.35 s, numpy, protobuf), only for runs that have event files
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     root = folder / "tensorboard" / subdir
@@ -171,8 +174,6 @@ def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
 def bc_scalars(results_path: Path) -> dict[str, Series]:
     """A BC-only run's ``bc_results.json`` as series: ``val/success_rate`` at step 0 (untrained,
     when it was validated) and step 1 (after BC), the per-type rates and valid-action ratio at 1."""
-    import json
-
     results = json.loads(Path(results_path).read_text())
     after = results.get("val_after_bc") or {}
     out: dict[str, Series] = {}
@@ -230,8 +231,6 @@ def best_checkpoint(run_dir: Path) -> str | None:
 
 def read_games(run_dir: Path) -> dict[int, dict[int, bool]]:
     """``{iteration: {task seed: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes)."""
-    from arl.utils.episode_files import iteration_of
-
     out = {}
     for path in (run_dir / "val_episodes").glob("iter*.jsonl"):
         k = iteration_of(path)
@@ -244,8 +243,6 @@ def read_episodes(path: Path) -> dict[int, tuple[str, bool]]:
     """``{task seed: (task type, won)}`` of one validation's episodes: an episodes file (a run's
     ``val_episodes/iter<k>.jsonl``, or ``val_episodes.jsonl`` of ``src/eval.py``), or a folder
     holding ``val_episodes.jsonl`` (an eval run)."""
-    import json
-
     path = Path(path)
     if path.is_dir():
         path = path / "val_episodes.jsonl"
@@ -261,7 +258,7 @@ def read_config(run_dir: Path) -> dict:
     config = Path(run_dir) / ".hydra" / "config.yaml"
     if not config.exists():
         return {}
-    import yaml
+    import yaml  # heavy: yaml (~20 ms), only for a run that has the file; keeps the report's imports light
 
     return yaml.safe_load(config.read_text()) or {}
 

@@ -24,7 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
 from arl.analysis.errors import ColumnTable, attempted_command, episodes_path, share
+from arl.envs.webshop import WebShopEnv
+from arl.envs.webshop.expert import goal_query, predicted_score
 
 _SEARCH = re.compile(r"^search\[(.*)\]$", re.DOTALL)
 _CLICK = re.compile(r"^click\[(.*)\]$", re.DOTALL)
@@ -62,8 +66,6 @@ def run_env_kwargs(file: Path) -> dict[str, Any]:
     for folder in (file.parent, file.parent.parent, file.parent.parent.parent):
         config = folder / ".hydra" / "config.yaml"
         if config.is_file():
-            from omegaconf import OmegaConf
-
             cfg = OmegaConf.load(config)
             if str(OmegaConf.select(cfg, "env.name")) != "webshop":
                 raise ValueError(f"{file}: its run played env {OmegaConf.select(cfg, 'env.name')!r}, not webshop")
@@ -85,8 +87,6 @@ def episode_links(row: dict, env) -> dict[str, Any]:
     None), ``shopper_query``, ``click`` (the first product click on a results page: ``on_page``,
     ``first``, ``shopper``), ``not_on_page`` and ``repeated`` (a click the page does not show, and the
     same again next turn), ``bought``."""
-    from arl.envs.webshop.expert import goal_query
-
     env.reset(int(row["seed"]))
     turns = row.get("turn_log") or []
     shopper_query = goal_query(env.goal)
@@ -131,8 +131,6 @@ def _query_of_page(turns: list[dict], i: int) -> str | None:
 
 
 def _best_on(env, asins: list[str]) -> str | None:
-    from arl.envs.webshop.expert import predicted_score
-
     best, best_score = None, -1.0
     for asin in asins:
         score = predicted_score(env.shop.by_asin[asin], env.goal)
@@ -145,8 +143,6 @@ def summarise(path: Path, env_kwargs: dict[str, Any] | None = None) -> ShoppingS
     """The links of every episode of one episodes file (``path`` as
     :func:`arl.analysis.errors.episodes_path`), replayed in a WebShop env built with ``env_kwargs``
     (default: the writing run's, :func:`run_env_kwargs`). Raises ``ValueError`` when the file has no turns."""
-    from arl.envs.webshop import WebShopEnv
-
     file = episodes_path(path)
     rows = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
     rows = [r for r in rows if not r.get("env_error")]

@@ -92,6 +92,7 @@ MEASURE_KINDS: dict[str, Measure] = {
 
 
 def _holds_scalars(events: Path, prefix: str = "rollout/") -> bool:
+    # heavy: tensorboard's reader (~0.35 s, numpy, protobuf), only for runs that have event files
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(events), size_guidance={"scalars": 0})

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from arl.analysis.contrasts import fmt_p
+from arl.analysis.findings import episodes_note
 from arl.analysis.games import games_by_setting
 from arl.analysis.runs import Run, kl_tag, seed_of, settings
 from arl.analysis.study import _span
@@ -138,8 +139,6 @@ def inline_value(spec: Spec, name: str) -> str:
         return (f"{g.gained} gained, {g.lost} lost over the {g.seeds} seeds; {g.up} {noun} up, {g.down} down, "
                 f"sign test p {fmt_p(g.p)}")
     if kind == "episodes":
-        from arl.analysis.findings import episodes_note
-
         return episodes_note(study, *args).split(" played ", 1)[1]
     if kind == "below":
         below, n = study.below_start()

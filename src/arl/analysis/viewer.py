@@ -19,7 +19,10 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,10 +188,6 @@ def find_chromium() -> str | None:
     viewer's browser tests and ``bench/viewer.py`` drive it through Playwright. A candidate must
     answer ``--version`` as a Chromium or Chrome build (Ubuntu's ``chromium-browser`` without its
     snap is a shim that does not)."""
-    import os
-    import shutil
-    import subprocess
-
     for name in (os.environ.get("ARL_CHROMIUM"), "chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name) if name else None
         if not path:

@@ -28,6 +28,7 @@ from arl.agent.records import Episode
 from arl.bc.dataset import BCEpisode
 from arl.datamodules.rollout_datamodule import TRAIN_SEED_SPACE
 from arl.rollout.engine import SamplingParams
+from arl.utils.logging import console
 
 
 def bc_seeds(seed: int, n: int, stream: int = 0) -> list[int]:
@@ -48,8 +49,6 @@ def keep_episode(episode: Episode, min_return: float) -> bool:
 
 
 def _progress(what: str, done: int, total: int, t0: float) -> None:
-    from arl.utils.logging import console
-
     console.print(f"{what}: {done}/{total} episodes | {time.perf_counter() - t0:.0f}s")
 
 

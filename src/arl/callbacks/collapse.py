@@ -138,6 +138,7 @@ class CollapseDetector(Callback):
 
     # ------------------------------------------------------------------ snapshot
     def _take_snapshot(self, trainer, pl_module) -> None:
+        # optional: torch.distributed submodule, absent on some builds
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
         optimizers = [o.optimizer if hasattr(o, "optimizer") else o for o in trainer.optimizers]
@@ -150,6 +151,7 @@ class CollapseDetector(Callback):
         }
 
     def _restore_snapshot(self, trainer, pl_module) -> None:
+        # optional: torch.distributed submodule, absent on some builds
         from torch.distributed.checkpoint.state_dict import set_state_dict
 
         snap = self._snapshot

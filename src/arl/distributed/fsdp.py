@@ -18,13 +18,18 @@ In both, the rollout engine keeps its own unsharded copy of the policy, refreshe
 
 from __future__ import annotations
 
+import copy
+import importlib
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from arl.distributed import ranks as dist_utils
+from arl.distributed.placement import trainer_processes
 
 SHARDED_STRATEGIES = ("FSDPStrategy", "ModelParallelStrategy")
 
@@ -62,8 +67,6 @@ def loads_on_rank0(c: Mapping[str, Any]) -> bool:
     choice = (trainer.get("sharding") or {}).get("load", "auto")
     if choice == "every_rank":
         return False
-    from arl.distributed.placement import trainer_processes
-
     return (strategy_name(trainer) == "ModelParallelStrategy" and trainer_processes(trainer) > 1
             and (c.get("rollout") or {}).get("engine") == "vllm")
 
@@ -89,8 +92,6 @@ def resolve_layer_classes(names: Iterable[str], model: nn.Module) -> tuple[type,
     missing = [n for n in wanted if n not in found]
     for name in list(missing):
         if "." in name:
-            import importlib
-
             module_name, _, attr = name.rpartition(".")
             try:
                 found[name] = getattr(importlib.import_module(module_name), attr)
@@ -120,7 +121,7 @@ def strategy_kwargs(strategy_cfg: Mapping[str, Any], sharding: Mapping[str, Any]
 
 
 def is_fsdp2(module: nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule  # optional: torch.distributed submodule, absent on some builds
 
     return isinstance(module, FSDPModule)
 
@@ -147,12 +148,14 @@ def fully_shard_model(model: nn.Module, sharding: Mapping[str, Any], mesh) -> nn
     in a non-reentrant checkpoint), ``reshard_after_forward`` (bool, default True),
     ``mixed_precision`` (null | bf16 | fp16: parameter dtype in forward/backward, fp32 reduce).
     """
+    # optional: torch.distributed submodule, absent on some builds
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     if is_fsdp2(model):
         return model
     classes = resolve_layer_classes(sharding.get("layer_cls") or [], model)
     if sharding.get("activation_checkpointing"):
+        # optional: torch.distributed submodule, absent on some builds
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl,
             apply_activation_checkpointing,
@@ -204,7 +207,7 @@ def _load_shards_from_rank0(model: nn.Module, full: Mapping[str, torch.Tensor], 
     (rank 0 moves its own shards there), each tensor is broadcast from rank 0 and every rank
     keeps its shard (``set_model_state_dict(broadcast_from_rank0=True)``), then the buffers, which
     state dicts leave out when they are not persistent (rotary ``inv_freq``)."""
-    import torch.distributed as dist
+    # optional: torch.distributed submodule, absent on some builds
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
     device = torch.device("cuda", torch.cuda.current_device()) if mesh.device_type == "cuda" else torch.device(mesh.device_type)
@@ -221,9 +224,6 @@ def _load_shards_from_rank0(model: nn.Module, full: Mapping[str, torch.Tensor], 
 def meta_copy(module: nn.Module) -> nn.Module:
     """A copy of ``module``'s structure with every parameter and buffer on the meta device (no
     storage): the skeleton a gathered policy is rebuilt into (:func:`gather_on_rank0`)."""
-    import copy
-    import itertools
-
     memo: dict[int, Any] = {}
     for t in itertools.chain(module.parameters(), module.buffers()):
         meta = torch.empty_like(t, device="meta")
@@ -259,8 +259,6 @@ def iter_rank0_tensors(model: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     the same order). Each tensor is broadcast from rank 0 right when the consumer asks for it (a
     rollout engine's ``load_weights``), so a rank without weights holds at most one beyond its own.
     Tied names as :func:`iter_full_tensors`."""
-    import torch.distributed as dist
-
     device, rank0 = dist_utils.collective_device(), dist_utils.rank() == 0
     aliases, later = _tied_aliases(model)
     for name, value in model.state_dict().items():
@@ -284,7 +282,7 @@ def _tied_aliases(policy: nn.Module) -> tuple[dict[str, list[str]], set[str]]:
 
 
 def _has_dtensor(module: nn.Module) -> bool:
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor  # optional: torch.distributed submodule, absent on some builds
 
     return any(isinstance(p, DTensor) for p in module.parameters())
 
@@ -298,6 +296,7 @@ def full_state_dict(policy: nn.Module, root: nn.Module | None = None, prefix: st
             views into flat parameters owned by the wrapper.
         prefix: the policy's prefix inside ``root``.
     """
+    # optional: torch.distributed submodule, absent on some builds
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=False)
@@ -312,6 +311,7 @@ def full_state_dict(policy: nn.Module, root: nn.Module | None = None, prefix: st
 
 
 def _is_fsdp1(module: nn.Module) -> bool:
+    # optional: torch.distributed submodule, absent on some builds
     from torch.distributed.fsdp import FullyShardedDataParallel
 
     return isinstance(module, FullyShardedDataParallel) or any(isinstance(m, FullyShardedDataParallel) for m in module.modules())
@@ -332,8 +332,7 @@ def gather_full(value: torch.Tensor) -> torch.Tensor:
     """
     if not hasattr(value, "full_tensor"):
         return value
-    import torch.distributed as dist
-    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor import Shard  # optional: torch.distributed submodule, absent on some builds
 
     mesh = getattr(value, "device_mesh", None)
     if (mesh is None or mesh.ndim != 1 or tuple(value.placements) != (Shard(0),)

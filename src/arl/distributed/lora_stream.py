@@ -31,7 +31,7 @@ def lora_scalings(model) -> dict[str, float]:
     """
     if not any(cls.__name__ == "PeftModel" for cls in type(model).__mro__):
         return {}
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import LoraLayer  # optional: peft (lora extra); a PeftModel means it is installed
 
     out: dict[str, float] = {}
     for name, module in model.named_modules():

@@ -33,6 +33,7 @@ it finds).
 
 from __future__ import annotations
 
+import datetime
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -120,7 +121,7 @@ def _ranks(env: Mapping[str, str]) -> tuple[str, int, int, int]:
 def _visible_gpus(env: Mapping[str, str], cuda_count: int | None) -> int:
     if cuda_count is not None:
         return int(cuda_count)
-    import torch
+    import torch  # heavy: placement stays torch-free (train.py's resolvers import it first)
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -181,7 +182,7 @@ def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | No
     env = os.environ if env is None else env
     launcher, rank, local, world = _ranks(env)
     if group is None:
-        import torch.distributed as dist
+        import torch.distributed as dist  # heavy: placement stays torch-free (train.py's resolvers import it first)
 
         if dist.is_available() and dist.is_initialized():
             group = (dist.get_rank(), dist.get_world_size())
@@ -243,13 +244,14 @@ def ensure_process_group(placement: Placement) -> bool:
     Lightning's ``SLURMEnvironment`` (the same values its launch would use). Lightning finds the
     group initialised and keeps it.
     """
+    # heavy: placement stays torch-free (train.py's resolvers import it first)
     import torch
     import torch.distributed as dist
 
     if placement.world_size == 1 or (dist.is_available() and dist.is_initialized()):
         return False
     if placement.launcher == "srun":
-        from lightning.fabric.plugins.environments import SLURMEnvironment
+        from lightning.fabric.plugins.environments import SLURMEnvironment  # heavy: lightning (~3 s), only under srun
 
         slurm = SLURMEnvironment()
         os.environ.setdefault("MASTER_ADDR", slurm.main_address)
@@ -296,8 +298,6 @@ def run_stamp(env: Mapping[str, str] | None = None) -> str:
     ``arl_run_stamp``): :func:`shared_run_id` when the launcher gives one, else the time to the
     second, which ranks started across a second boundary would read differently
     (:func:`run_folder_problem` refuses that)."""
-    import datetime
-
     return shared_run_id(env) or datetime.datetime.now().strftime(TIMESTAMP)
 
 
@@ -308,8 +308,6 @@ def run_folder_problem(run_dir: str, placement: Placement, env: Mapping[str, str
     the processes it starts; torchrun and srun start every rank on its own, so a folder named by the
     time (the default without a launcher id) can differ between ranks, and their checkpoint shards
     would land in different folders."""
-    import datetime
-
     if placement.world_size <= 1 or placement.launcher not in ("torchrun", "srun") or shared_run_id(env):
         return None
     try:

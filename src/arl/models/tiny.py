@@ -74,6 +74,7 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
 
     Deterministic for a given corpus (BPE merges are chosen by count with stable tie-breaking).
     """
+    # heavy: models.config and arl.plan import this module at start-up, before any model (no torch/transformers there)
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -109,6 +110,7 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int):
 
 def build_model(cfg: TinyConfig, vocab_size: int, eos_id: int, pad_id: int):
     """A randomly initialised ``Qwen3ForCausalLM`` drawn from ``cfg.init_seed``."""
+    # heavy: models.config and arl.plan import this module at start-up, before any model (no torch/transformers there)
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from arl.distributed import ranks as dist_utils
 
@@ -116,8 +117,6 @@ def exchange_rows(
     Returns the received rows, ``(m', L')`` and ``(m',)``: the rows of rank 0 dealt here (in
     their order), then rank 1's, ...; ``L'`` is their longest length.
     """
-    import torch.distributed as dist
-
     pad_values = pad_values or {}
     mine = deal.lengths[rank]
     order = sorted(range(len(mine)), key=lambda i: deal.dest[rank][i])  # by destination, stable

@@ -17,12 +17,15 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from arl.distributed.fsdp import loads_on_rank0
 from arl.models.config import ModelSettings, model_settings
+from arl.models.tiny import FORMAT_TOKENS, TinyConfig, default_cache_dir
 from arl.plan.memory import (
     GIB,
     KNOWN_ARCHITECTURES,
@@ -38,6 +41,8 @@ from arl.plan.memory import (
     vllm_minimum_bytes,
 )
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
+from arl.rollout.vllm_engine import hub_snapshot, kv_cache_bytes
+from arl.utils.config import ConfigError
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # model.dtype, rl.reference_dtype
 
@@ -64,8 +69,6 @@ def _tiny_architecture(model: ModelSettings) -> Architecture:
     """The embedded model: its config from ``model.tiny`` (TinyConfig's defaults for the rest); the
     vocabulary of its cached build when there is one, else the BPE target plus the four format
     tokens added after training (an upper bound: the Sokoban corpus fills 540)."""
-    from arl.models.tiny import FORMAT_TOKENS, TinyConfig, default_cache_dir
-
     cfg = model.tiny or TinyConfig()
     root = Path(model.cache_dir) if model.cache_dir else default_cache_dir()
     wanted = asdict(cfg)
@@ -114,8 +117,6 @@ def resolve_architecture(model: ModelSettings | Mapping[str, Any]) -> Architectu
             return _folder_config(folder, path)
         raise PlanError(f"model.path={path} holds no config.json (a GGUF folder): "
                         "pass model.path=<local folder with config.json>")
-    from arl.rollout.vllm_engine import hub_snapshot
-
     snapshot = hub_snapshot(path)
     if snapshot is not None:
         return _folder_config(snapshot, path)
@@ -143,8 +144,6 @@ class Machine:
     @classmethod
     def here(cls) -> Machine:
         host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-        import torch
-
         if not torch.cuda.is_available():
             return cls(0, "", 0, host)
         props = torch.cuda.get_device_properties(0)
@@ -262,10 +261,6 @@ def _vllm_terms(rollout: Mapping[str, Any], vcfg: VLLMSettings | None, arch: Arc
     max_model_len = (vcfg.max_model_len if vcfg is not None else None) or row_tokens
     kv_bytes = vcfg.kv_cache_memory_bytes if vcfg is not None else None
     if str(rollout["engine"]) == "vllm" and not on_gpu and kv_bytes is None:
-        from types import SimpleNamespace
-
-        from arl.rollout.vllm_engine import kv_cache_bytes
-
         shape = SimpleNamespace(num_hidden_layers=arch.layers, num_key_value_heads=arch.kv_heads,
                                 head_dim=arch.head_dim, num_attention_heads=arch.heads, hidden_size=arch.hidden)
         kv_bytes = kv_cache_bytes(shape, max_model_len, int(rollout["max_batch_size"]), vllm_bytes)
@@ -394,8 +389,6 @@ def startup_check(cfg: DictConfig | Mapping[str, Any]) -> str:
     visible, the run uses it and the plan does not fit (``plan.check=false`` skips the check). A
     plan that cannot be made (an unknown architecture) is reported in the line, not raised.
     """
-    from arl.utils.config import ConfigError
-
     c = _as_dict(cfg)
     if not (c.get("plan") or {}).get("check", True):
         return "memory plan: not checked (plan.check=false)"

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
+from arl.distributed.placement import resolve_placement
 from arl.rollout.engine import Generation, SamplingParams
 from arl.rollout.hf_stream import RefillDecoder, split_stops
 
@@ -33,8 +34,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device | None:
     if str(device) == "auto":
         if not torch.cuda.is_available():
             return None
-        from arl.distributed.placement import resolve_placement
-
         return torch.device(resolve_placement().device)
     return torch.device(device)
 

@@ -27,6 +27,7 @@ the transformers engine: temperature, then top-k, then top-p (transformers' warp
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,8 +91,7 @@ def split_stops(tokenizer, stop: Sequence[str]) -> tuple[list[int], list[str]]:
 def cache_argument() -> str:
     """The name under which the installed transformers' models take a KV cache: ``cache`` from
     transformers 5.2x on, ``past_key_values`` before (kept as a deprecated alias for a while)."""
-    import dataclasses
-
+    # heavy: transformers (~0.8 s) stays off train.py's start-up path (checks -> settings -> hf_engine)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     names = {f.name for f in dataclasses.fields(CausalLMOutputWithPast)}
@@ -177,7 +177,7 @@ class RefillDecoder:
     def _prefill(self, admitted: list[_Request]) -> list[tuple[Any, Generation]]:
         """Run the prompts of ``admitted`` (a cache of their own), sample each one's first token,
         join the rows still running to the batch; returns those already finished."""
-        from transformers import DynamicCache
+        from transformers import DynamicCache  # heavy: transformers, see cache_argument
 
         device = self._model_device()
         width = max(len(r.prompt) for r in admitted)
@@ -282,6 +282,7 @@ class RefillDecoder:
     @staticmethod
     def _layers(cache) -> list:
         try:
+            # heavy: transformers, see cache_argument; absent before its per-layer caches
             from transformers.cache_utils import DynamicLayer
         except ImportError as err:  # transformers before per-layer caches
             raise NotImplementedError(

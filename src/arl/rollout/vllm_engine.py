@@ -67,6 +67,8 @@ run by the test suite, which is CPU-only.)
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 import shutil
@@ -76,7 +78,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from arl.distributed.lora_stream import WRAPPER_SEGMENTS
+import torch
+
+from arl.distributed.fsdp import gather_full, iter_rank0_tensors, weights_from_rank0
+from arl.distributed.lora_stream import WRAPPER_SEGMENTS, merge_lora_stream
+from arl.distributed.lora_stream import lora_scalings as policy_lora_scalings  # parameters here are named lora_scalings
+from arl.distributed.placement import ensure_process_group, export_placement, resolve_placement
+from arl.distributed.ranks import capture_rng, restore_rng
 from arl.rollout.engine import Generation, SamplingParams
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 
@@ -146,9 +154,6 @@ def iter_hf_weights(
         ValueError: LoRA factors come that ``lora_scalings`` does not cover: loading the base
             weights alone would roll out a model the trainer does not train.
     """
-    from arl.distributed.fsdp import gather_full
-    from arl.distributed.lora_stream import merge_lora_stream
-
     scalings = dict(lora_scalings or {})
     pairs = state.items() if isinstance(state, Mapping) else state
     wanted = ((n, t) for n, t in pairs if hf_weight_name(n) is not None or _is_lora_factor(n))
@@ -164,9 +169,7 @@ def iter_hf_weights(
 
 def top_k_disabled_value() -> int:
     """What the installed vLLM's ``SamplingParams`` takes as 'no top-k' (0 since 0.8-ish, -1 before)."""
-    import vllm
-
-    return int(vllm.SamplingParams().top_k)
+    return int(_import_vllm().SamplingParams().top_k)
 
 
 def sampling_kwargs(
@@ -298,8 +301,6 @@ def rank_placement(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         arl.distributed.placement.PlacementError: the launcher's variables do not say where this rank runs.
         ValueError: ``tensor_parallel_size > 1`` under several ranks.
     """
-    from arl.distributed.placement import ensure_process_group, export_placement, resolve_placement
-
     placement = resolve_placement()
     if placement.world_size == 1:
         return {}
@@ -315,7 +316,7 @@ def rank_placement(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 def _import_vllm():
     try:
-        import vllm
+        import vllm  # optional: the vllm extra
     except ImportError as e:  # pragma: no cover - exercised only without vllm
         raise ImportError(INSTALL_HINT) from e
     return vllm
@@ -332,7 +333,7 @@ def hub_snapshot(name: str, cache_dir: str | Path | None = None) -> Path | None:
     if not name or Path(name).exists() or name.count("/") != 1:
         return None
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # heavy: ~65 ms, only for a hub id (and guarded)
     except ImportError:  # pragma: no cover - transformers depends on huggingface_hub
         return None
     try:
@@ -344,8 +345,6 @@ def hub_snapshot(name: str, cache_dir: str | Path | None = None) -> Path | None:
 
 def _remove_at_exit(path: Path) -> None:
     """Remove ``path`` when the interpreter exits, also after an exception (not after SIGKILL)."""
-    import atexit
-
     atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
@@ -374,8 +373,6 @@ def model_folder(model, tokenizer, dtype: str | None = None, weights: bool = Tru
         return src, tok_dir, False
     out = Path(tempfile.mkdtemp(prefix="arl-vllm-model-"))
     _remove_at_exit(out)
-    import torch
-
     base = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model  # peft: the plain model
     if not weights:
         base.config.save_pretrained(out)
@@ -398,10 +395,6 @@ def free_accelerator_cache() -> None:
     """Return the memory PyTorch's caching allocator holds but no tensor uses (after an update:
     activations, logits, freed gradients) to the driver, so that a waking vLLM engine, which
     allocates through its own pool, finds it. A no-op without CUDA."""
-    import gc
-
-    import torch
-
     gc.collect()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.empty_cache()
@@ -450,10 +443,7 @@ class VLLMEngine:
         """
         vllm = _import_vllm()
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: see sync()
-        import torch
-        from vllm.platforms import current_platform
-
-        from arl.distributed.ranks import capture_rng, restore_rng
+        from vllm.platforms import current_platform  # optional: the vllm extra
 
         vcfg = vllm_settings(rollout_cfg["vllm"])
         sleep_level = vcfg.sleep_level
@@ -470,8 +460,6 @@ class VLLMEngine:
         save_dtype = "bfloat16" if on_gpu and kwargs.get("dtype") in (None, "auto") else kwargs.get("dtype")
         # load_format dummy (the default): vLLM reads the config only and starts from random weights,
         # which the sync below replaces; no rank reads or writes a checkpoint for it
-        from arl.distributed.fsdp import iter_rank0_tensors, weights_from_rank0
-
         # a rank without weights (trainer.sharding.load: rank0) has none to write
         folder, tok_folder, fresh = model_folder(model, tokenizer, dtype=save_dtype,
                                                  weights=kwargs.get("load_format") != "dummy" and not weights_from_rank0(model))
@@ -495,8 +483,6 @@ class VLLMEngine:
         eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
         if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in eos_ids:
             eos_ids.append(tokenizer.eos_token_id)
-        from arl.distributed.lora_stream import lora_scalings
-
         engine = cls(
             llm,
             tokenizer,
@@ -504,7 +490,7 @@ class VLLMEngine:
             enable_sleep_mode=bool(kwargs.get("enable_sleep_mode")),
             sleep_level=sleep_level,
             cleanup=cleanup,
-            lora_scalings=lora_scalings(model),
+            lora_scalings=policy_lora_scalings(model),
         )
         # the folder may hold older weights than the module (after BC), a half-precision copy, or
         # a peft model's base without its adapters: the module's own weights go in now; where rank 0
@@ -527,8 +513,7 @@ class VLLMEngine:
 
     def _vllm_params(self, params: SamplingParams, seed: int | None):
         """One ``vllm.SamplingParams`` (warns once when vLLM's log-probs will be the filtered ones)."""
-        import vllm
-
+        vllm = _import_vllm()
         if params.temperature > 0 and (params.top_p < 1 or params.top_k > 0) and not self._warned_filter:
             self._warned_filter = True
             log.warning(
@@ -652,12 +637,10 @@ class VLLMEngine:
 
         LoRA adapters are merged on the way (:attr:`lora_scalings`, or the policy's own when it is
         a peft model); the policy is not modified."""
-        from arl.distributed.lora_stream import lora_scalings
-
         state = policy.state_dict()
         if not any(hf_weight_name(name) for name in state):
             raise ValueError(f"{type(policy).__name__} has no weights to sync")
-        self.load_weights(state, lora_scalings(policy) or None)
+        self.load_weights(state, policy_lora_scalings(policy) or None)
 
     def load_weights(self, named_tensors, lora_scalings: Mapping[str, float] | None = None) -> None:
         """Load ``(name, tensor)`` pairs or a state dict (trainer names; an iterator is consumed one pair at a
@@ -666,8 +649,6 @@ class VLLMEngine:
         cache. A sleeping engine is woken for it: the trainer's freed cache goes back to the driver
         first (vLLM's sleep-mode pool allocates outside PyTorch's caching allocator), then the
         weights wake, load, and the KV cache wakes last."""
-        import torch
-
         if self.asleep:
             free_accelerator_cache()
             self.llm.wake_up(tags=["weights"])
@@ -715,8 +696,6 @@ class VLLMEngine:
             if core is not None and hasattr(core, "shutdown"):
                 core.shutdown()
             del llm
-            import gc
-
             gc.collect()
         for p in self._cleanup:
             shutil.rmtree(p, ignore_errors=True)

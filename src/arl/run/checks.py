@@ -8,14 +8,28 @@ folder) stops with what is missing (:func:`check_machine`). ``src/train.py`` cal
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from arl.models.config import ModelSettings, model_settings
+from arl.agent.experts import expert_path
+from arl.algos import validate_algo_config
+from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
+from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
+from arl.distributed.threads import parse_setting
+from arl.envs.registry import env_names
+from arl.models.config import ModelSettings, model_settings, validate_model_config
 from arl.rollout.vllm_config import vllm_settings
+from arl.run.loggers import tracker_problem
 from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
@@ -57,9 +71,6 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 
 def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
-    from arl.algos import validate_algo_config
-    from arl.distributed.threads import parse_setting
-
     if not isinstance(c.get("seed"), int) or isinstance(c.get("seed"), bool):
         raise ConfigError(f"seed={c.get('seed')!r} must be an integer")
     try:
@@ -73,9 +84,6 @@ def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
 
 
 def _validate_env_and_model(run: RunSettings) -> None:
-    from arl.envs.registry import env_names
-    from arl.models.config import validate_model_config
-
     if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
         _choice("env.name", run.env.name, env_names())
     validate_model_config(run.model)
@@ -87,13 +95,10 @@ def _validate_rollout(r: RolloutSettings) -> None:
         raise ConfigError("rollout.hf_cache is missing: the transformers engine needs it (rollout/hf.yaml sets it)")
     if r.engine == "vllm" and r.vllm is None:
         raise ConfigError("rollout.vllm is missing: the vLLM engine needs its block (rollout/vllm.yaml sets it)")
-    if r.device is not None and r.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"rollout.device={r.device!r} but this machine has no GPU (rollout.device=auto uses one when there is)"
-            )
+    if r.device is not None and r.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"rollout.device={r.device!r} but this machine has no GPU (rollout.device=auto uses one when there is)"
+        )
 
 
 def _validate_rl(c: dict[str, Any], run: RunSettings) -> None:
@@ -122,8 +127,6 @@ def _validate_dagger(c: dict[str, Any], run: RunSettings) -> None:
             "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
             "answer, which breaks the single token stream of trajectory mode"
         )
-    from arl.agent.experts import expert_path
-
     try:
         expert_path(run.env.name)
     except KeyError as err:
@@ -143,8 +146,6 @@ def _validate_plan(c: dict[str, Any]) -> None:
 
 def _validate_scale(c: dict[str, Any]) -> None:
     """Trainer strategy and collapse-detector settings (docs/training.md)."""
-    from arl.distributed.fsdp import is_sharded
-
     trainer = c.get("trainer") or {}
     if is_sharded(trainer):
         layer_cls = (trainer.get("sharding") or {}).get("layer_cls")
@@ -156,6 +157,7 @@ def _validate_scale(c: dict[str, Any]) -> None:
         _validate_sharding_load(c)
     collapse = (c.get("callbacks") or {}).get("collapse") or {}
     if collapse:
+        # heavy: arl.callbacks imports lightning (~3 s); these checks run at start-up
         from arl.callbacks.collapse import ACTIONS
 
         _choice("callbacks.collapse.action", collapse.get("action", "log"), ACTIONS)
@@ -167,8 +169,6 @@ def _validate_scale(c: dict[str, Any]) -> None:
 
 def _validate_sharding_load(c: dict[str, Any]) -> None:
     """``trainer.sharding.load``: auto | rank0 | every_rank; rank0 only where it can hold."""
-    from arl.distributed.fsdp import SHARDING_LOADS, loads_on_rank0
-
     choice = ((c.get("trainer") or {}).get("sharding") or {}).get("load", "auto")
     _choice("trainer.sharding.load", choice, SHARDING_LOADS)
     if choice == "rank0" and not loads_on_rank0(c):
@@ -191,11 +191,8 @@ def _version_tuple(version: str) -> tuple[int, int]:
 def _check_vllm(c: dict[str, Any]) -> None:
     """Import vllm now (a broken install, such as a torch it was not built for or a CUDA-only
     library on a CPU machine, shows here, not after behaviour cloning) and check its version."""
-    import os
-    import warnings
-
     try:
-        import vllm
+        import vllm  # optional: the vllm extra; a broken install must show as a ConfigError
     except Exception as err:  # noqa: BLE001 - ImportError, or an OSError from a shared library
         raise ConfigError(
             f"rollout=vllm: `import vllm` fails ({type(err).__name__}: {str(err)[:300]}); fix the install, or use "
@@ -228,8 +225,6 @@ def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
     processes started as ``python src/train.py``: rank 0 would build it before the other ranks
     exist. torchrun and srun start every rank first, and the engine then starts the process group."""
-    from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
-
     try:
         placement = resolve_placement()
     except PlacementError as err:
@@ -250,9 +245,6 @@ def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
 def _run_dir() -> str:
     """This run's ``hydra.run.dir`` ("" outside ``@hydra.main`` and in a multirun, whose job
     folders are named by the sweep, not by the time)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     try:
         hydra_cfg = HydraConfig.get()
     except ValueError:
@@ -283,19 +275,13 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     (``env.kwargs.*_path`` / ``*_dir``, ALFWorld's ``games``) must exist. Raises :class:`ConfigError` saying what is
     missing and, for a GPU, the CPU alternative.
     """
-    import importlib.util
-    from pathlib import Path
-
     c = container(cfg)
     trainer = c.get("trainer") or {}
     accelerator = str(trainer.get("accelerator", "cpu"))
-    if accelerator in ("gpu", "cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
-            )
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError(
+            f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
+        )
     if c["rollout"]["engine"] == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError(
@@ -304,8 +290,6 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
                 + CPU_ALTERNATIVE
             )
         _check_vllm(c)
-    from arl.run.loggers import tracker_problem
-
     problem = tracker_problem(c)
     if problem:
         raise ConfigError(problem)
@@ -323,6 +307,7 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
             raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
         if key in ("games", "val_games") and value:  # ALFWorld's own games: files, folders or globs
+            # heavy: an env package loads only when the config uses it (as in arl.envs.registry)
             from arl.envs.alfworld.data import spec_matches
 
             for item in [value] if isinstance(value, str) else list(value):

@@ -9,6 +9,8 @@ from typing import Any
 
 import lightning as L
 import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics
@@ -16,14 +18,14 @@ from arl.agent.records import episode_record
 from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
 from arl.models.config import model_settings
+from arl.models.loading import load_policy
+from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params
 from arl.run.settings import RolloutSettings, rollout_settings
 from arl.utils.logging import console, results_table
 
 
 def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
     """(model, tokenizer) with the policy weights of a Lightning checkpoint of the RL stage."""
-    from arl.run.builders import load_model
-
     model, tokenizer, _ = load_model({**model_cfg, "init_from": None})
     state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
     policy = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}
@@ -41,8 +43,6 @@ def run_validation(
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
     (:func:`arl.agent.records.episode_record`: the summary and the turns, text and all)."""
-    from arl.run.builders import sampling_params
-
     r = rollout_settings(rollout)
     params = sampling_params(r, validation=True)
     batches = validation_episodes(loop, params, r.val_episodes, r.val_batch_size, seed=seed)
@@ -72,8 +72,6 @@ def _is_run_key(dotted: str) -> bool:
 
 def _cli_overrides() -> list[str]:
     """The command-line overrides of this eval run (``key=value``)."""
-    from hydra.core.hydra_config import HydraConfig
-
     try:
         return list(HydraConfig.get().overrides.task)
     except ValueError:  # not under @hydra.main (tests)
@@ -102,17 +100,12 @@ def _run_key_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     """``(key, value)`` of the overrides that set a run key, parsed as Hydra parses them
     (``env.kwargs.num_games={valid_seen:512}`` is a dict, as on the command line). A group choice
     (``env=alfworld``) is not a value: the run's own section stays."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     wanted = [o for o in overrides if "=" in o and _is_run_key(o.split("=", 1)[0])]
     parsed = OverridesParser.create().parse_overrides(wanted) if wanted else []
     return [(o.key_or_group, o.value()) for o in parsed if "." in o.key_or_group and not o.is_delete()]
 
 
 def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
-    from arl.models.loading import load_policy
-    from arl.run.builders import build_agent_loop, build_engine, sampling_params
-
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if not ckpt.exists():
         raise FileNotFoundError(f"ckpt_path={ckpt} does not exist")

@@ -16,6 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+
 _ABSENT = object()
 
 
@@ -52,11 +57,6 @@ def explain_key(key: str, config_name: str, overrides: Sequence[str]) -> list[Se
     Needs an initialised Hydra (inside ``@hydra.main`` or ``hydra.initialize_config_dir``).
     Hydra's own groups (``hydra/*``) are left out.
     """
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.types import RunMode
-    from omegaconf import OmegaConf
-
     loader = GlobalHydra.instance().config_loader()
     defaults = loader.compute_defaults_list(config_name=config_name, overrides=list(overrides), run_mode=RunMode.RUN)
     found: list[Setting] = []
@@ -106,8 +106,6 @@ def format_explanation(key: str, settings: Sequence[Setting], final: Any) -> str
 
 def final_value(cfg, key: str) -> Any:
     """The key's value in the composed config (resolved), or the absent marker."""
-    from omegaconf import OmegaConf
-
     value = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False)
     if value is _ABSENT:
         return _ABSENT

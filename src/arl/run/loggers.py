@@ -115,7 +115,7 @@ def _join_or_finish_wandb_run(stage_key: tuple[str, str]) -> None:
     of this run folder (Lightning's WandbLogger joins an open run: BC's rounds share theirs, but the
     RL stage, or the next job of a multirun in this process, must not write into it)."""
     global _WANDB_STAGE
-    import wandb
+    import wandb  # optional: the trackers extra (logger=wandb)
 
     if wandb.run is not None and _WANDB_STAGE != stage_key:
         wandb.finish()

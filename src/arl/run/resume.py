@@ -6,7 +6,9 @@ Light on purpose (no Lightning, no model code): ``src/train.py``'s dry run resol
 
 from __future__ import annotations
 
+import json
 import logging
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +50,6 @@ def checkpoint_problem(path: Path) -> str | None:
         return checkpoint_problem(meta)
     if not path.is_file():
         return f"{path} does not exist"
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -132,8 +132,6 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     it (``rl.iterations`` raised since, or a checkpoint newer than the record); a ConfigError when it
     finished short of a since raised ``rl.iterations`` without its checkpoint.
     """
-    import json
-
     if str(c.get("ckpt_path")) != "resume":
         return None
     out = Path(c["paths"]["output_dir"])
@@ -166,7 +164,7 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
 
 def checkpoint_iteration(path: Path) -> int:
     """The RL iteration a checkpoint was written at (file, or sharded folder's ``meta.pt``)."""
-    import torch
+    import torch  # heavy: this module stays light for train.py's dry run (see its docstring)
 
     meta = path / "meta.pt" if path.is_dir() else path
     state = torch.load(meta, map_location="cpu", weights_only=True, mmap=not path.is_dir())

@@ -12,6 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from arl.utils.schema import build, problems
+
 
 def container(cfg: Any) -> dict[str, Any]:
     """The config as plain containers (resolved); a mapping passes through as a dict."""
@@ -46,8 +48,6 @@ def typed_section(cls: type, node: Any, path: str) -> Any:
     Raises:
         ConfigError: listing every missing, unknown or invalid key of the node.
     """
-    from arl.utils.schema import build, problems
-
     if isinstance(node, cls):
         return node
     node = container(node)

@@ -48,6 +48,7 @@ import threading
 import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def require_alfworld() -> dict[str, Any]:
         had = "ALFWORLD_DATA" in os.environ
         before = os.environ.get("ALFWORLD_DATA")
         try:
+            # optional: the alfworld extra (alfworld, textworld, fast-downward)
             import fast_downward
             import textworld
             import textworld.envs.pddl
@@ -259,8 +261,6 @@ def sas_cache_dir() -> Path | None:
 def _sas_format() -> str:
     """Part of the on-disk key: the translator's version (a new one never reads old entries)."""
     try:
-        from importlib.metadata import version
-
         return f"fast_downward_textworld-{version('fast_downward_textworld')}/py{sys.version_info[0]}.{sys.version_info[1]}"
     except Exception:  # noqa: BLE001  # pragma: no cover - metadata missing
         return "fast_downward_textworld-unknown"
@@ -331,6 +331,7 @@ def install_speedups() -> bool:
     if os.environ.get("ARL_ALFWORLD_SPEEDUPS", "1") in ("0", "false", "False", "no"):
         return False
     require_alfworld()
+    # optional: the alfworld extra (alfworld, textworld, fast-downward)
     import fast_downward
     import textworld.envs.pddl.logic as pddl_logic
     import textworld.logic as tw_logic
@@ -365,6 +366,7 @@ def uninstall_speedups() -> None:
     """Restore TextWorld's and fast-downward's own functions (tests compare both ways)."""
     if not _ORIGINALS:
         return
+    # optional: the alfworld extra (alfworld, textworld, fast-downward)
     import fast_downward
     import textworld.logic as tw_logic
     from textworld.envs.pddl import textgen

@@ -44,6 +44,7 @@ from arl.envs.alfworld.data import (
 )
 from arl.envs.alfworld.engine import EngineState, acquire_engine, release_engine, require_alfworld
 from arl.envs.alfworld.expert import EXPERT_MODES, ExpertTracker
+from arl.envs.alfworld.gen.games import GeneratorConfig, ensure_game
 from arl.envs.alfworld.gen.tables import TASK_TYPES
 from arl.envs.alfworld.notes import Notes
 from arl.envs.alfworld.prompt import PROMPT_STYLES, render_compact_prompt, render_prompt
@@ -149,8 +150,6 @@ class AlfWorldEnv:
         self.expert_mode = expert
         self.speedups = bool(speedups)
         require_alfworld()  # the clear install error, at construction
-        from arl.envs.alfworld.gen.games import GeneratorConfig
-
         self.generator = GeneratorConfig(**dict(generator or {}))
         self.spec = EnvSpec(
             name="alfworld",
@@ -253,8 +252,6 @@ class AlfWorldEnv:
         if self.source == "official":
             games = self.official_games(split)
             return str(games[index % len(games)])
-        from arl.envs.alfworld.gen.games import ensure_game
-
         pool = int(self.num_games[split])
         return str(ensure_game(split, self.generator_index(index % pool), self.generator))
 

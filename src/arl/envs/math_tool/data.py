@@ -119,7 +119,7 @@ def _row(obj: dict, question_key: str, answer_key: str, subject_key: str | None)
 
 def _read_parquet(path: Path, question_key: str | None, answer_key: str | None) -> list[dict]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # heavy: pyarrow (~0.2 s), only for parquet data
     except ImportError as err:  # a dependency of the package; a clear message all the same
         raise ImportError("reading parquet math data needs pyarrow (pip install pyarrow)") from err
     names = pq.read_schema(path).names

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from arl.envs.webshop.catalogue import Product
 
 SEARCH_RETURN_N = 50
@@ -32,7 +34,7 @@ _POSSESSIVE_RE = re.compile(r"['’]s\b")
 
 def _import_bm25s():
     try:
-        import bm25s
+        import bm25s  # optional: the webshop extra
     except ImportError as err:  # pragma: no cover - depends on the installation
         raise ImportError(
             "the webshop environment searches with bm25s, which is not installed: "
@@ -80,8 +82,6 @@ class SearchIndex:
 
     def __init__(self, products: Sequence[Product], k1: float = 0.9, b: float = 0.4, return_n: int = SEARCH_RETURN_N):
         bm25s = _import_bm25s()
-        import numpy as np
-
         self._np = np
         self.asins = [p.asin for p in products]
         self.return_n = int(return_n)

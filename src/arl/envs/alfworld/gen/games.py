@@ -19,19 +19,23 @@ expert's commands are stored as the game's ``walkthrough``.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import json
+import multiprocessing as mp
 import os
 import shutil
 import tempfile
 import time
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from arl.envs.alfworld.engine import GameEngine, acquire_engine, release_engine, require_alfworld
+from arl.envs.alfworld.expert import ExpertTracker
 from arl.envs.alfworld.gen.household import (
     GENERATOR_VERSION,
     SPLITS,
@@ -69,7 +73,7 @@ def cache_root() -> Path:
 @functools.lru_cache(maxsize=1)
 def _logic_text() -> tuple[str, str]:
     require_alfworld()  # first import of alfworld, with $ALFWORLD_DATA restored
-    import alfworld
+    import alfworld  # optional: the alfworld extra, after require_alfworld
 
     data = Path(alfworld.__file__).parent / "data"
     return (data / "alfred.pddl").read_text(), (data / "alfred.twl2").read_text()
@@ -139,8 +143,6 @@ def play_expert(
     gamefile: str | Path, max_steps: int, engine: GameEngine | None = None, mode: str = "handcoded"
 ) -> tuple[bool, list[str]]:
     """Play alfworld's expert on ``gamefile`` in the real engine; (won, commands)."""
-    from arl.envs.alfworld.expert import ExpertTracker
-
     gamefile = str(gamefile)
     traj = json.loads((Path(gamefile).parent / TRAJ_FILE).read_text())
     own = engine is None
@@ -243,17 +245,12 @@ def generate_games(
     items = [(split, int(i), cfg) for i in indices]
     if workers <= 0 or len(items) < 2:
         return [Path(_ensure_one(item)) for item in items]
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
         return [Path(p) for p in pool.map(_ensure_one, items, chunksize=1)]
 
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m arl.envs.alfworld.gen.games --split train --num 200``: fill the cache, time it."""
-    import argparse
-
     parser = argparse.ArgumentParser(description="Generate ALFWorld-format games into the ARL cache.")
     parser.add_argument("--split", default="train", choices=SPLITS)
     parser.add_argument("--num", type=int, default=200)
