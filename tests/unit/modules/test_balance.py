@@ -45,6 +45,15 @@ def test_partition_is_within_four_thirds_of_the_best(costs, parts):
     assert heaviest <= sum(costs) / parts + max(costs, default=0)
 
 
+def test_a_deal_that_would_not_lower_the_heaviest_rank_keeps_every_row_by_hand():
+    # greedy, heaviest first: 75 -> rank 0, 73 -> 1, 72 -> 1 (145), 70 -> 0 (145), 4 -> 0, 4 -> 1, 4 -> 0: 153 and
+    # 149, heavier than the 152 and 150 the ranks hold: nothing moves
+    deal = deal_rows([[4, 75, 73], [4, 4, 72, 70]])
+    assert deal.dest == [[0, 0, 0], [1, 1, 1, 1]] and deal.loads_after() == deal.loads_before() == [152, 150]
+    # where the deal helps, it is the greedy one: 100 + 10 against 0 becomes 100 against 10
+    assert deal_rows([[100, 10], []]).dest == [[0, 1], []]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 200), max_size=6), min_size=1, max_size=4))
 def test_a_deal_moves_every_row_once_and_never_raises_the_heaviest_rank(lengths):
