@@ -31,7 +31,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval.yaml")
 def main(cfg: DictConfig) -> float:
-    from arl.distributed.threads import configure_threads
+    from arl.distributed.threads import configure_threads  # lazy: threads set before the evaluation imports torch
 
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
     from arl.run.evaluation import evaluate_from_config
@@ -52,7 +52,9 @@ def main(cfg: DictConfig) -> float:
 
 def consolidate(folder: Path) -> Path:
     """One ``torch.save`` file (``state_dict`` with full tensors) from a sharded checkpoint folder."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+    from torch.distributed.checkpoint.format_utils import (
+        dcp_to_torch_save,  # lazy: a sharded checkpoint only; absent on some builds
+    )
 
     from arl.run.resume import checkpoint_problem
 

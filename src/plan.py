@@ -38,6 +38,7 @@ EXIT_FITS, EXIT_CONFIG, EXIT_DOES_NOT_FIT, EXIT_PLACEMENT = 0, 2, 3, 4
 def compose(overrides: list[str]):
     """The job config ``src/train.py <overrides>`` would run (Hydra's runtime filled in, its run
     folder not created), without its ``hydra`` node."""
+    # lazy, as the imports of main: `--help` and a refused `-m` answer without loading Hydra's composer or torch
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
@@ -61,7 +62,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-m", "--multirun") for a in argv):
         print("config error: src/plan.py plans one run: pass one job's overrides (no -m)", file=sys.stderr)
         return EXIT_CONFIG
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException  # lazy: after the answers that need nothing (compose's comment)
     from omegaconf.errors import OmegaConfBaseException
 
     from arl.distributed.placement import PlacementError, export_trainer_devices, resolve_placement

@@ -23,19 +23,19 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.run.resolvers import register_resolvers  # after the sys.path line
+# after the sys.path line; light enough for `explain=` and the dry run (the stages' modules load after the checks)
+from arl.distributed.placement import export_trainer_devices
+from arl.distributed.threads import configure_threads
+from arl.plan import startup_check
+from arl.run.checks import check_machine, validate_config
+from arl.run.resolvers import register_resolvers
+from arl.utils.config import ConfigError
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
-    from arl.distributed.placement import export_trainer_devices
-    from arl.distributed.threads import configure_threads
-    from arl.plan import startup_check
-    from arl.run.checks import check_machine, validate_config
-    from arl.utils.config import ConfigError
-
     if cfg.get("explain"):  # which file decided this key? (before validation: an invalid config is explained too)
         return explain(cfg)
     try:
@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> float | None:
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
-    from arl.run.pipeline import train
+    from arl.run.pipeline import train  # lazy: the stages (Lightning, the models) load once the checks passed
 
     try:
         return train(cfg)["optimized_metric"]
@@ -61,7 +61,7 @@ def main(cfg: DictConfig) -> float | None:
 def explain(cfg: DictConfig) -> None:
     """Print the chain of config files and command-line overrides that set ``cfg.explain``, in the
     order Hydra merged them, and the final value; nothing runs."""
-    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.hydra_config import HydraConfig  # lazy, as explain's own module: only this path needs them
 
     from arl.run.explain import explain_key, final_value, format_explanation
 
@@ -75,7 +75,7 @@ def explain(cfg: DictConfig) -> None:
 def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
     """Print what the run would be and the memory plan's verdict; nothing is built (the config is
     valid for this machine)."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # lazy: only the dry run reads the config as containers
 
     from arl.run.resume import finished_results, resolve_ckpt_path
 
@@ -102,7 +102,7 @@ def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
 def _remove_empty_run_folder(out: Path) -> None:
     """A dry run leaves no run folder behind: Hydra made one for its config and log before the
     app started; it goes when it holds nothing else (a multirun's job folders stay, as the sweep)."""
-    import shutil
+    import shutil  # lazy: only a dry run or explain= removes its folder
 
     from hydra.core.hydra_config import HydraConfig
 
@@ -112,7 +112,7 @@ def _remove_empty_run_folder(out: Path) -> None:
     except ValueError:
         return
     if out.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in out.iterdir()):
-        import logging
+        import logging  # lazy: the one call, at the end of a dry run
 
         logging.shutdown()  # close the file handler of the log before its folder goes
         shutil.rmtree(out, ignore_errors=True)

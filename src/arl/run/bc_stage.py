@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from hydra.utils import instantiate
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from arl.agent.loop import AgentLoop
+from arl.bc import bc_seeds, bootstrap, collect_expert, dagger, episodes_of, load_episodes, save_episodes
 from arl.callbacks import EngineStart, IterationLog
 from arl.datamodules.sft_datamodule import SFTDataModule
 from arl.distributed.fsdp import (
@@ -32,6 +34,7 @@ from arl.distributed.fsdp import (
 from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.run.builders import build_trainer, sampling_params
+from arl.run.evaluation import run_validation
 from arl.run.settings import run_settings
 from arl.utils.logging import console, results_table
 
@@ -116,7 +119,6 @@ def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, o
 class _BCStage:
     """The state one :func:`run_bc` carries through its rounds: the model being trained (a fresh
     copy after a sharded round), the data last written, the results so far."""
-
     def __init__(self, c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
         run = run_settings(c)
         self.c, self.bc, self.rollout, self.seed = c, run.bc, run.rollout, c["seed"]
@@ -126,7 +128,6 @@ class _BCStage:
         self.saved = None  # the items list last written to <run>/bc_dataset.jsonl
 
     def validate_untrained(self) -> None:
-        from arl.run.evaluation import run_validation
 
         if self.bc.val_untrained:
             success = run_validation(self.loop, self.rollout, seed=self.seed)["val/success_rate"]
@@ -136,7 +137,6 @@ class _BCStage:
     def keep(self, items, what: str) -> None:
         # the data are written before each SFT round: a run stopped in an hours-long round keeps
         # them, and `bc.dataset_path=<run>/bc_dataset.jsonl` goes on without collecting again
-        from arl.bc import save_episodes
 
         if rank_zero_only.rank == 0:
             path = save_episodes(self.out_dir / "bc_dataset.jsonl", items, self.tokenizer, self.loop.sample_mode, self.loop.env_name)
@@ -149,8 +149,6 @@ class _BCStage:
 
     def fit(self, items, epochs: int) -> int:
         """One SFT round on ``items``; the policy is saved and the engine synced after it."""
-        from arl.bc import episodes_of
-
         t0 = time.perf_counter()
         from_rank0 = weights_from_rank0(self.model)  # rank 0 alone holds the weights (trainer.sharding.load)
         skeleton = meta_copy(self.model) if from_rank0 else None
@@ -174,8 +172,6 @@ class _BCStage:
 
     def initial_data(self) -> list:
         """``bc.dataset_path``'s episodes, or the expert's won episodes (written at once)."""
-        from arl.bc import bc_seeds, collect_expert, load_episodes
-
         t0 = time.perf_counter()
         if self.bc.dataset_path:
             items = load_episodes(self.bc.dataset_path, self.tokenizer, self.loop.sample_mode, self.loop.env_name)
@@ -196,8 +192,6 @@ class _BCStage:
 
     def bootstrap(self, items: list) -> list:
         """``bc.bootstrap``: the cloned policy's passing episodes join the data, another SFT round."""
-        from arl.bc import bc_seeds, bootstrap
-
         boot = self.bc.bootstrap
         if not boot.enabled or self.bc.dataset_path:
             return items
@@ -219,8 +213,6 @@ class _BCStage:
 
     def dagger(self, items: list) -> list:
         """``bc.dagger``: each round the expert labels the states the policy reached, another SFT round."""
-        from arl.bc import bc_seeds, dagger
-
         dag = self.bc.dagger
         for k in range(dag.rounds if dag.enabled else 0):
             t0 = time.perf_counter()
@@ -240,8 +232,6 @@ class _BCStage:
 
     def finish(self, items: list) -> None:
         """The dataset's path (a given dataset is copied in) and the policy, when no round saved it."""
-        from arl.bc import save_episodes
-
         self.results["bc/episodes"] = float(len(items))
         if rank_zero_only.rank == 0:
             path = self.out_dir / "bc_dataset.jsonl"
@@ -255,10 +245,6 @@ class _BCStage:
 def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, engine, out_dir: Path) -> dict[str, Any]:
     """``rl.enabled=false``: validate the cloned policy (its episodes, turn by turn, to
     ``<run>/val_episodes.jsonl`` as an eval run writes them), write ``bc_results.json``, summarise."""
-    import json
-
-    from arl.run.evaluation import run_validation
-
     episodes_path = out_dir / "val_episodes.jsonl" if rank_zero_only.rank == 0 else None
     val = run_validation(loop, c["rollout"], episodes_path, seed=c["seed"])
     results["val_after_bc"] = val

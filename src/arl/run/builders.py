@@ -14,20 +14,25 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from hydra.utils import instantiate
 
+from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop
 from arl.algos import filters, schema
 from arl.algos.schema import algo_config
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
-from arl.distributed.fsdp import is_sharded, strategy_kwargs, strategy_name
-from arl.distributed.placement import trainer_processes
+from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
+from arl.distributed.placement import resolve_placement, trainer_processes
 from arl.models.config import ModelSettings, model_settings
+from arl.models.loading import load_from_config
 from arl.models.lora import is_peft_model
+from arl.models.tiny import TinyConfig, ensure_tiny
 from arl.modules.rl_module import AgenticRLModule, UpdateSettings
 from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
+from arl.rollout.vllm_engine import VLLMEngine  # the module, not vllm: that extra loads when an engine is made
 from arl.run.loggers import build_loggers, log_hyperparameters
 from arl.run.settings import RolloutSettings, env_settings, rollout_settings, run_settings
 from arl.utils.config import container
@@ -45,11 +50,6 @@ def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[s
     the model is marked so that sharding it and building an engine from it broadcast rank 0's
     weights (:func:`arl.distributed.fsdp.mark_weights_from_rank0`).
     """
-    from arl.agent.corpus import corpus_texts
-    from arl.distributed.fsdp import mark_weights_from_rank0
-    from arl.distributed.placement import resolve_placement
-    from arl.models.loading import load_from_config
-
     model = model_settings(model_cfg)
     if trainer_cfg and is_sharded(trainer_cfg) and (trainer_cfg.get("sharding") or {}).get("activation_checkpointing"):
         model = dataclasses.replace(model, gradient_checkpointing=False)
@@ -60,14 +60,10 @@ def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[s
     return mark_weights_from_rank0(policy), tokenizer, source
 
 
-
 def tiny_model(cfg=None, cache_dir=None) -> Path:
     """The HF folder of the embedded model for ``cfg`` (a :class:`arl.models.tiny.TinyConfig`),
     its tokenizer trained on :func:`arl.agent.corpus.corpus_texts` of ``cfg.corpus_envs``; built
     once, cached under ``cache_dir`` (default ``$ARL_CACHE``)."""
-    from arl.agent.corpus import corpus_texts
-    from arl.models.tiny import TinyConfig, ensure_tiny
-
     cfg = cfg or TinyConfig()
     return ensure_tiny(cfg, cache_dir, corpus=corpus_texts(list(cfg.corpus_envs), cfg.corpus_seeds))
 
@@ -97,8 +93,6 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
         return HFEngine(model, tokenizer, max_batch_size=r.max_batch_size, device=r.device, cache=r.hf_cache)
 
     def build():
-        from arl.rollout.vllm_engine import VLLMEngine  # lazy: the vllm extra
-
         return VLLMEngine.from_config({**dataclasses.asdict(r), "vllm": r.vllm}, model, tokenizer)
 
     return LazyEngine(build)
@@ -220,8 +214,6 @@ def reference_copy(model, dtype: str | None = None):
     nothing is shared with the policy, and buffers (rotary ``inv_freq``) and the modules the model
     keeps in fp32 (``_keep_in_fp32_modules``) keep their dtype: bf16 angles would be off by radians
     at a few thousand positions."""
-    import torch
-
     if dtype is None or all(p.dtype == getattr(torch, dtype) for p in model.parameters() if p.is_floating_point()):
         return copy.deepcopy(model)
     target = getattr(torch, dtype)

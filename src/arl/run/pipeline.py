@@ -36,6 +36,7 @@ from arl.distributed.fsdp import (
     loads_on_rank0,
     mark_weights_from_rank0,
     meta_copy,
+    resolve_layer_classes,
     weights_from_rank0,
 )
 from arl.models.loading import save_hf
@@ -68,7 +69,6 @@ class Parts:
     itself, or (sharded, every rank loading) an unsharded copy that gathers refresh after each
     update. ``frame``: where rank 0 alone holds the weights (``trainer.sharding.load``), a meta copy
     of the policy taken before it is sharded, which the export gathers the final weights into."""
-
     model: Any
     tokenizer: Any
     engine_model: Any
@@ -166,8 +166,6 @@ def _load_parts(c: dict[str, Any]) -> Parts:
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters){where}")
     sharded = is_sharded(c["trainer"])
     if sharded and "layer_cls" in (c["trainer"].get("sharding") or {}):
-        from arl.distributed.fsdp import resolve_layer_classes
-
         resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
     # sharded, the transformers engine generates from an unsharded copy of its own; vLLM holds its
     # own weights, so under rank-0 loading nothing is copied (the engine is loaded by broadcast)
