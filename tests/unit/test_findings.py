@@ -383,6 +383,9 @@ def test_the_page_check_names_every_number_that_differs(archive, capsys):
 
 MATH_ENV = {"name": "math_tool", "max_turns": 5,
             "kwargs": {"max_turns": 5, "templates": ["linear_equation", "linear_system"], "data_path": None}}
+WEBSHOP_ENV = {"name": "webshop", "max_turns": 15,
+               "kwargs": {"data_dir": "${oc.env:WEBSHOP_DATA,null}", "products_path": None, "n_products": 1000,
+                          "goals_per_product": 10}}
 ALFWORLD_ENV = {"name": "alfworld", "max_turns": 20,
                 "kwargs": {"task_types": ["pick_and_place_simple", "look_at_obj_in_light"], "max_steps": 20}}
 
@@ -513,6 +516,19 @@ def test_the_gain_of_a_single_setting_against_zero_by_hand(tmp_path):
     gain_line, final_line = finding_row(spec, mixed).lines
     assert gain_line.ours.startswith("gain over the start (T 0.6): SAMPO +0.250 (2/2 above 0), SAMPO - GRPO ")
     assert final_line.ours.startswith("final success (T 0.6): SAMPO - GRPO ") and "SAMPO +" not in final_line.ours
+
+
+def test_a_webshop_study_names_its_shop_and_held_out_tasks(tmp_path):
+    from arl.analysis.pages import generate
+
+    spec = _other_study(tmp_path / "generated", WEBSHOP_ENV)
+    setup = generate(spec, "other_study-setup").split("\n\n")[0]
+    # the run config keeps WEBSHOP_DATA's interpolation unresolved: unset, so the generated shop
+    assert "; WebShop, a generated shop of 1000 products, 10 goals a product, 15 turns; validation" in setup
+    assert "16 held-out tasks at T 0.6" in setup
+    files = {**WEBSHOP_ENV, "kwargs": {**WEBSHOP_ENV["kwargs"], "data_dir": "/data/webshop"}}
+    scale = _other_study(tmp_path / "files", files).study("other_study").scale
+    assert "WebShop (WebShop's products and goals) with 15 turns" in scale
 
 
 def test_the_score_gain_reads_val_score_on_successs_scale_by_hand(tmp_path):

@@ -386,6 +386,25 @@ def _alfworld(study: Study) -> dict[str, str]:
     return {"task": task, "task_scale": f"ALFWorld ({what}) with {turns} turns", "held_out": "held-out games"}
 
 
+def _webshop(study: Study) -> dict[str, str]:
+    """WebShop: the shop (WebShop's files, or the generated one: ``env.kwargs.n_products`` products of
+    ``goals_per_product`` goals each) and the turns; validation on held-out tasks (shopping goals)."""
+    g = study._shared
+
+    def given(key: str) -> bool:  # a run config keeps `${oc.env:WEBSHOP_DATA,null}` unresolved: the study
+        value = g(key)            # scripts never set that variable, so it counts as unset
+        return value not in ("None", "") and not value.startswith("${")
+
+    turns = g("env.max_turns")
+    if given("env.kwargs.data_dir") or given("env.kwargs.products_path"):
+        shop = "WebShop's products and goals"
+    else:
+        shop = (f"a generated shop of {g('env.kwargs.n_products')} products, "
+                f"{plural(g('env.kwargs.goals_per_product'), 'goal')} a product")
+    return {"task": f"WebShop, {shop}, {turns} turns", "task_scale": f"WebShop ({shop}) with {turns} turns",
+            "held_out": "held-out tasks"}
+
+
 def _any_env(study: Study) -> dict[str, str]:
     """An env without a kind of its own: its name and turns; validation on held-out games."""
     name, turns = study._shared("env.name"), study._shared("env.max_turns")
@@ -394,7 +413,7 @@ def _any_env(study: Study) -> dict[str, str]:
 
 #: ``env.name`` -> the description of a study's task (others: :func:`_any_env`)
 ENV_KINDS: dict[str, Callable[[Study], dict[str, str]]] = {
-    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld,
+    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld, "webshop": _webshop,
 }
 
 
