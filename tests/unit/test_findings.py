@@ -826,21 +826,21 @@ def test_a_wrong_number_planted_in_the_real_pages_prose_fails_the_check(tmp_path
     docs = _real_pages_copy(tmp_path)
     page = docs / "results.md"
     text = page.read_text()
-    value = "<!-- value alfworld_cpu_study mean training-first -->0.198<!-- /value -->"
-    assert text.count(value) == 1  # the start's first training batch, 0.198 of its episodes won (seeds 1-3)
+    value = "<!-- value alfworld_cpu_study range peak-kl -->0.068-0.123<!-- /value -->"
+    assert text.count(value) == 1  # the runs' peak KL (seeds 1-3)
     typed = "**SAMPO - GRPO is inconclusive.**"
     assert text.count(typed) == 1
-    text = text.replace(value, value.replace("0.198", "0.298")).replace(typed, typed + " GRPO lost 29 games.")
+    text = text.replace(value, value.replace("0.123", "0.223")).replace(typed, typed + " GRPO lost 29 games.")
     page.write_text(text)
     lines = text.splitlines()
-    at_value = next(i for i, line in enumerate(lines) if "mean training-first -->0.298" in line) + 1
+    at_value = next(i for i, line in enumerate(lines) if "range peak-kl -->0.068-0.223" in line) + 1
     at_typed = next(i for i, line in enumerate(lines) if "GRPO lost 29 games" in line) + 1
     assert main(["findings", str(docs / "results" / "findings.yaml"), "--check"]) == 1
     captured = capsys.readouterr()
     found = [line for line in captured.out.splitlines() if line]
     assert len(found) == 2, found
-    assert found[0].endswith(f"results.md:{at_value}: [value alfworld_cpu_study mean training-first] the page has "
-                             "0.298, the archive gives 0.198")
+    assert found[0].endswith(f"results.md:{at_value}: [value alfworld_cpu_study range peak-kl] the page has "
+                             "0.223, the archive gives 0.123")
     assert f"results.md:{at_typed}: a number in the prose that no archive checks: 29 in " in found[1]
     assert "2 difference(s)" in captured.err
 

@@ -98,7 +98,7 @@ class Run:
 
 
 # overrides that are paths or Hydra settings: they never name a run (configs/hydra/default.yaml)
-PATH_KEYS = ("paths.", "hydra.", "ckpt_path", "model.init_from", "bc.dataset_path")
+PATH_KEYS = ("paths.", "hydra.", "ckpt_path", "model.init_from", "bc.dataset_path", "rl.start_validation_cache")
 
 
 def parse_overrides(name: str) -> dict[str, str]:
