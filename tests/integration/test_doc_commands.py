@@ -130,6 +130,7 @@ SKIPPED = (
     ("START_ONLY=", "a study script's start alone (the scripts run shortened by their tests)"),
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
+    ("ARM=", "a study script at the setting its calibration chose (the scripts run shortened by their tests)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
     ("python src/report.py shopping", "needs a WebShop run (test_shopping_report.py runs it on WebShop episodes)"),
