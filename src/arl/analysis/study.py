@@ -45,6 +45,10 @@ class Measure:
     start_scale: float = 1.0
 
 
+#: WebShop's score (the mean final reward x 100) and the factor that puts it on success's scale
+SCORE_TAG, SCORE_SCALE = "val/score", 0.01
+
+
 def _scaled(tag: str, of: Callable[[Run, str], float | None], scale: float) -> Callable[[Run], float | None]:
     def value(run: Run) -> float | None:
         v = of(run, tag)
@@ -70,10 +74,10 @@ MEASURE_KINDS: dict[str, Measure] = {
                     "start policy), the same {val_episodes} {held_out} sampled at {VT}", against_zero=True),
     # WebShop's second metric: the paper's score (mean final reward x 100), here / 100 so that it reads on
     # success's scale (a win scores 1, a near miss its share of the goal's attributes, options and price)
-    "score-gain": Measure("score gain over the start (T {val_T})", _scaled("val/score", Run.gain, 0.01),
+    "score-gain": Measure("score gain over the start (T {val_T})", _scaled(SCORE_TAG, Run.gain, SCORE_SCALE),
                           "score gain over the start: `val/score` / 100 (the mean final reward, on [0, 1]) at "
                           "iteration {iterations} minus at iteration 0, the same {val_episodes} {held_out} sampled at "
-                          "{VT}", against_zero=True, start_tag="val/score", start_scale=0.01),
+                          "{VT}", against_zero=True, start_tag=SCORE_TAG, start_scale=SCORE_SCALE),
     "training": Measure("training success ({T})", MEASURES["mean training success over the run"],
                         "training success: `rollout/success_rate` (every episode an iteration played, re-rolled "
                         "rounds included) at {T}, mean over the {iterations} iterations", paper=False),

@@ -71,8 +71,6 @@ VALUES: dict[str, tuple[Callable[[Run], float | None], str]] = {
     "peak-kl": (lambda r: r.peak(kl_tag(r)), ".3f"),
     "valid-first": (_first("rollout/valid_action_ratio"), ".2f"),
     "valid-last": (_last("rollout/valid_action_ratio"), ".2f"),
-    "score-start": (_first("val/score"), ".1f"),  # graded envs (WebShop): the mean final reward x 100
-    "score-final": (_last("val/score"), ".1f"),
 }
 
 
