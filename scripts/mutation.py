@@ -198,8 +198,8 @@ MUTANTS: list[Mutant] = [
       "stage_aware keeps all-failure groups late instead of early", (*ALGOS_TESTS, "tests/unit/datamodules/test_dynamic_sampling.py")),
     # ---------------------------------------------------------------- the module
     M("module_adv_sign", "modules/rl_module.py",
-      "data[\"advantages\"] = turn_values_to_tokens(adv, data[\"turn_row\"]) * mask",
-      "data[\"advantages\"] = -turn_values_to_tokens(adv, data[\"turn_row\"]) * mask",
+      "token_advantages = turn_values_to_tokens(adv, data[\"turn_row\"]) * mask",
+      "token_advantages = -turn_values_to_tokens(adv, data[\"turn_row\"]) * mask",
       "the trainer flips the advantages", tuple(MODULE_TESTS)),
     M("module_ignores_old", "modules/rl_module.py",
       "old = micro[\"old_log_probs\"] if \"old_log_probs\" in micro and not on_policy else log_prob.detach()",
@@ -235,8 +235,8 @@ MUTANTS: list[Mutant] = [
       "return torch.cat(parts, dim=-1)", "return torch.cat(parts[::-1], dim=-1)",
       "the chunks' scores joined in the wrong order", (SCORING_TESTS,)),
     M("module_reuse_misaligned", "modules/rl_module.py",
-      "data[\"old_log_probs\"] = data[\"rollout_log_probs\"] * data[\"response_mask\"]",
-      "data[\"old_log_probs\"] = data[\"rollout_log_probs\"].roll(1, dims=1) * data[\"response_mask\"]",
+      "return None if data is None else data[\"rollout_log_probs\"] * data[\"response_mask\"]",
+      "return None if data is None else data[\"rollout_log_probs\"].roll(1, dims=1) * data[\"response_mask\"]",
       "the rollout's log-probs reused one token off", tuple(MODULE_TESTS)),
     # ---------------------------------------------------------------- samples
     M("samples_first_turn_advantage", "agent/samples.py",

@@ -24,19 +24,19 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))  # l
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.run.resolvers import register_resolvers  # after the sys.path line
+# after the sys.path line; torch-free, so that the threads are set before torch loads
+from arl.distributed.threads import configure_threads
+from arl.run.resolvers import register_resolvers
+from arl.run.resume import checked_checkpoint, checkpoint_problem
+from arl.utils.config import ConfigError
 
 register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval.yaml")
 def main(cfg: DictConfig) -> float:
-    from arl.distributed.threads import configure_threads  # lazy: threads set before the evaluation imports torch
-
     configure_threads(cfg.get("threads", "auto"))  # before any torch work
-    from arl.run.evaluation import evaluate_from_config
-    from arl.run.resume import checked_checkpoint
-    from arl.utils.config import ConfigError
+    from arl.run.evaluation import evaluate_from_config  # lazy: torch and the models load after the threads are set
 
     ckpt = Path(str(cfg.ckpt_path)).expanduser()
     if ckpt.is_file() or (ckpt.is_dir() and not (ckpt / "config.json").exists()):  # a checkpoint, not an HF folder
@@ -55,8 +55,6 @@ def consolidate(folder: Path) -> Path:
     from torch.distributed.checkpoint.format_utils import (
         dcp_to_torch_save,  # lazy: a sharded checkpoint only; absent on some builds
     )
-
-    from arl.run.resume import checkpoint_problem
 
     out = folder.with_name(folder.name + ".consolidated")
     if not out.exists() or out.stat().st_mtime < (folder / "meta.pt").stat().st_mtime or checkpoint_problem(out):

@@ -28,7 +28,13 @@ os.environ.setdefault("ARL_ROOT", str(Path(__file__).resolve().parents[1]))
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
-from arl.run.resolvers import register_resolvers  # after the sys.path line
+# after the sys.path line; light (no Hydra composer, no torch): `--help` answers at once
+from omegaconf import open_dict
+from omegaconf.errors import OmegaConfBaseException
+
+from arl.distributed.placement import PlacementError, export_trainer_devices, resolve_placement
+from arl.run.resolvers import register_resolvers
+from arl.utils.config import ConfigError
 
 register_resolvers()
 
@@ -42,7 +48,6 @@ def compose(overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
 
     with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
         cfg = hydra_compose(config_name="train.yaml", overrides=overrides, return_hydra_config=True)
@@ -63,12 +68,9 @@ def main(argv: list[str]) -> int:
         print("config error: src/plan.py plans one run: pass one job's overrides (no -m)", file=sys.stderr)
         return EXIT_CONFIG
     from hydra.errors import HydraException  # lazy: after the answers that need nothing (compose's comment)
-    from omegaconf.errors import OmegaConfBaseException
 
-    from arl.distributed.placement import PlacementError, export_trainer_devices, resolve_placement
     from arl.plan import PlanError, plan_config
     from arl.run.checks import validate_config
-    from arl.utils.config import ConfigError
 
     try:
         cfg = compose(argv)

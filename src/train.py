@@ -11,11 +11,14 @@ is checked in seconds.
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # `arl` without installing, too
@@ -28,7 +31,10 @@ from arl.distributed.placement import export_trainer_devices
 from arl.distributed.threads import configure_threads
 from arl.plan import startup_check
 from arl.run.checks import check_machine, validate_config
+from arl.run.explain import explain_key, final_value, format_explanation
 from arl.run.resolvers import register_resolvers
+from arl.run.resume import finished_results, resolve_ckpt_path
+from arl.run.settings import RunSettings
 from arl.utils.config import ConfigError
 
 register_resolvers()
@@ -39,20 +45,20 @@ def main(cfg: DictConfig) -> float | None:
     if cfg.get("explain"):  # which file decided this key? (before validation: an invalid config is explained too)
         return explain(cfg)
     try:
-        validate_config(cfg)
-        export_trainer_devices(cfg.trainer)  # a listed trainer.devices places the engines on the trainer's GPUs
-        configure_threads(cfg.get("threads", "auto"))  # before any torch work
-        check_machine(cfg)
-        plan_verdict = startup_check(cfg)  # the memory plan (src/plan.py): a GPU run that does not fit stops here
+        run = validate_config(cfg)  # the config checked and typed, once: everything below reads `run`
+        export_trainer_devices(run.trainer)  # a listed trainer.devices places the engines on the trainer's GPUs
+        configure_threads(run.config.get("threads", "auto"))  # before any torch work
+        check_machine(run)
+        plan_verdict = startup_check(run.config)  # the memory plan (src/plan.py): a GPU run that does not fit stops here
         if cfg.get("dry_run"):
-            return dry_run(cfg, plan_verdict)
+            return dry_run(run, plan_verdict)
     except ConfigError as err:
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
     from arl.run.pipeline import train  # lazy: the stages (Lightning, the models) load once the checks passed
 
     try:
-        return train(cfg)["optimized_metric"]
+        return train(run)["optimized_metric"]
     except ConfigError as err:  # e.g. ckpt_path=last with no run to resume
         print(f"config error: {err}", file=sys.stderr)
         sys.exit(2)
@@ -61,10 +67,6 @@ def main(cfg: DictConfig) -> float | None:
 def explain(cfg: DictConfig) -> None:
     """Print the chain of config files and command-line overrides that set ``cfg.explain``, in the
     order Hydra merged them, and the final value; nothing runs."""
-    from hydra.core.hydra_config import HydraConfig  # lazy, as explain's own module: only this path needs them
-
-    from arl.run.explain import explain_key, final_value, format_explanation
-
     key = str(cfg.explain)
     hc = HydraConfig.get()
     overrides = [o for o in hc.overrides.task if not o.startswith(("explain=", "+explain="))]
@@ -72,48 +74,38 @@ def explain(cfg: DictConfig) -> None:
     _remove_empty_run_folder(Path(str(cfg.paths.output_dir)))
 
 
-def dry_run(cfg: DictConfig, plan_verdict: str = "") -> None:
+def dry_run(run: RunSettings, plan_verdict: str = "") -> None:
     """Print what the run would be and the memory plan's verdict; nothing is built (the config is
     valid for this machine)."""
-    from omegaconf import OmegaConf  # lazy: only the dry run reads the config as containers
-
-    from arl.run.resume import finished_results, resolve_ckpt_path
-
-    c = OmegaConf.to_container(cfg, resolve=True)
-    if finished_results(c) is not None:
-        print(f"dry run: {c['task_name']}: {c['paths']['output_dir']} finished earlier (rl_results.json); nothing to run")
+    out = run.paths.output_dir
+    if finished_results(run.ckpt_path, out, run.rl.iterations) is not None:
+        print(f"dry run: {run.task_name}: {out} finished earlier (rl_results.json); nothing to run")
         return
-    ckpt = resolve_ckpt_path(c)
-    stages = [s for s, on in (("bc", c["bc"]["enabled"] and not c["model"].get("init_from") and ckpt is None),
-                              ("rl", c["rl"]["enabled"])) if on]
-    model = c["model"].get("init_from") or c["model"].get("path") or c["model"]["name"]
+    ckpt = resolve_ckpt_path(run.ckpt_path, run.paths.log_dir, run.task_name, out)
+    stages = [s for s, on in (("bc", run.bc.enabled and not run.model.init_from and ckpt is None),
+                              ("rl", run.rl.enabled)) if on]
+    model = run.model.init_from or run.model.path or run.model.name
     print(
-        f"dry run: {c['task_name']}: algo={c['algo']['name']} env={c['env']['name']} model={model} "
-        f"trainer={c['trainer'].get('accelerator')}x{c['trainer'].get('devices')} rollout={c['rollout']['engine']} "
-        f"stages={'+'.join(stages) or 'none'} iterations={c['rl']['iterations']}"
+        f"dry run: {run.task_name}: algo={run.algo.name} env={run.env.name} model={model} "
+        f"trainer={run.trainer.get('accelerator')}x{run.trainer.get('devices')} rollout={run.rollout.engine} "
+        f"stages={'+'.join(stages) or 'none'} iterations={run.rl.iterations}"
         + (f" resume={ckpt}" if ckpt is not None else "")
         + " -- config valid for this machine; nothing was run"
     )
     if plan_verdict:
         print(plan_verdict)
-    _remove_empty_run_folder(Path(c["paths"]["output_dir"]))
+    _remove_empty_run_folder(Path(out))
 
 
 def _remove_empty_run_folder(out: Path) -> None:
     """A dry run leaves no run folder behind: Hydra made one for its config and log before the
     app started; it goes when it holds nothing else (a multirun's job folders stay, as the sweep)."""
-    import shutil  # lazy: only a dry run or explain= removes its folder
-
-    from hydra.core.hydra_config import HydraConfig
-
     try:
         if str(HydraConfig.get().mode) != "RunMode.RUN":
             return
     except ValueError:
         return
     if out.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in out.iterdir()):
-        import logging  # lazy: the one call, at the end of a dry run
-
         logging.shutdown()  # close the file handler of the log before its folder goes
         shutil.rmtree(out, ignore_errors=True)
 

@@ -167,14 +167,14 @@ def make_episodes(cfg, n_groups: int = 4, group_size: int = 2, seed: int = 0):
     """Real episodes of the tiny policy (sampled), with varied rewards so advantages are not 0."""
     from arl.agent.loop import Task
     from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
 
-    c = container(cfg)
-    model, tok, _ = load_model(c["model"])
-    loop = build_agent_loop(c, build_engine(c["rollout"], model, tok), tok)
+    run = run_settings(cfg)
+    model, tok, _ = load_model(run.model)
+    loop = build_agent_loop(run.env, run.rollout, build_engine(run.rollout, model, tok), tok)
     torch.manual_seed(seed)
     try:
-        eps = loop.run([Task(group_id=g, seed=1000 + g) for g in range(n_groups)], group_size, sampling_params(c["rollout"]))
+        eps = loop.run([Task(group_id=g, seed=1000 + g) for g in range(n_groups)], group_size, sampling_params(run.rollout))
     finally:
         loop.close()
     rng = random.Random(seed)
@@ -262,12 +262,12 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     import lightning as L
 
     from arl.run.builders import build_rl_module, build_strategy, load_model
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
 
-    c = container(cfg)
-    model, tok, _ = load_model(c["model"])
+    run = run_settings(cfg)
+    model, tok, _ = load_model(run.model)
     model.train()
-    module = build_rl_module(cfg, model, tok)
+    module = build_rl_module(run, model, tok)
     if strategy == "fsdp2":
         trainer_cfg = {"strategy": {"_target_": "lightning.pytorch.strategies.ModelParallelStrategy"}, "devices": devices}
         strategy_obj = build_strategy(trainer_cfg)
@@ -282,7 +282,7 @@ def run_update(cfg, episodes, strategy: str = "auto", devices: int = 1, seed: in
     )
     torch.manual_seed(seed)
     trainer.fit(module, datamodule=FixedRollouts(episodes, iterations=iterations, split=split, pad_id=module.pad_id,
-                                                 sample_mode=c["rollout"].get("sample_mode", "turn")))
+                                                 sample_mode=run.rollout.sample_mode))
     out = dict(capture.result or {})
     out["skipped_steps"] = module.skipped_steps
     out["global_rank"] = trainer.global_rank

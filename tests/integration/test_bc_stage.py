@@ -177,11 +177,13 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
     from arl.run.builders import build_agent_loop
+    from arl.run.settings import run_settings
 
     out, _ = bc_run
     model, tok = load_policy(out / "bc_policy_hf")
     c = OmegaConf.to_container(compose(["experiment=bc_sokoban", *SMALL]), resolve=True)
-    loop = build_agent_loop(c, HFEngine(model, tok), tok)
+    run = run_settings(c)
+    loop = build_agent_loop(run.env, run.rollout, HFEngine(model, tok), tok)
     torch.manual_seed(3)
     episodes = loop.run([Task(i, 5000 + i) for i in range(6)], 1, SamplingParams(temperature=0.3, max_new_tokens=16),
                         teacher=expert_path("sokoban"))

@@ -276,8 +276,6 @@ def _run(cmd: str, root: Path, extra: list[str] = (), timeout: int = 600) -> sub
 def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
     """What ``src/train.py <overrides> dry_run=true`` does for a single run, in this process:
     (0, "") or (2, the start-up message)."""
-    from omegaconf import OmegaConf
-
     from arl.run.checks import check_machine, validate_config
     from arl.run.resume import resolve_ckpt_path
     from arl.utils.config import ConfigError
@@ -287,9 +285,9 @@ def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
     overrides = args[args.index("src/train.py") + 1:] + [f"paths.log_dir={root / 'logs'}"]
     try:
         cfg = compose(overrides)
-        validate_config(cfg)
-        check_machine(cfg)
-        resolve_ckpt_path(OmegaConf.to_container(cfg, resolve=True))
+        run = validate_config(cfg)
+        check_machine(run)
+        resolve_ckpt_path(run.ckpt_path, run.paths.log_dir, run.task_name, run.paths.output_dir)
     except ConfigError as err:
         return 2, str(err)
     return 0, ""

@@ -141,13 +141,14 @@ def test_non_finite_loss_is_skipped_and_counted(episodes, caplog):
     import lightning as L
 
     from arl.run.builders import build_rl_module, load_model
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
 
     poisoned = copy.deepcopy(episodes)
     poisoned[0].turns[0].reward = float("nan")
     cfg = compose(sh.UPDATE_OVERRIDES)
-    model, tok, _ = load_model(container(cfg)["model"])
-    module = build_rl_module(cfg, model, tok)
+    run = run_settings(cfg)
+    model, tok, _ = load_model(run.model)
+    module = build_rl_module(run, model, tok)
     before = {k: v.clone() for k, v in module.policy.state_dict().items()}
     trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)

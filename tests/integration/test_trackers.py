@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from arl.run.settings import run_settings
 from arl_testing import compose
 
 pytest.importorskip("mlflow")
@@ -119,7 +120,7 @@ def test_a_tracker_without_its_package_stops_at_start_up_naming_the_extra(monkey
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(ConfigError, match=r"logger.mlflow \(MLFlowLogger\) needs the mlflow package.*\.\[trackers\]"):
-        check_machine(cfg)
+        check_machine(run_settings(cfg))
 
 
 def test_every_logger_config_composes_and_names_its_stores():

@@ -105,3 +105,62 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     (pkg / "b" / "__init__.py").write_text("from ..a import f\n")
     edges = room_imports(pkg)
     assert edges == {"a": {"b"}, "b": {"a"}} and _cycles(edges)
+
+
+def lazy_imports(src: Path = SRC.parent) -> list[tuple[str, int, bool]]:
+    """``(file, line, commented)`` of every import statement inside a function under ``src``;
+    commented: a ``#`` comment on the lines of its run of consecutive imports, or on one of the two
+    lines above that run (why they are lazy)."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                for body in (getattr(node, name, None) for name in ("body", "orelse", "finalbody", "handlers")):
+                    run: list[ast.stmt] = []
+                    for stmt in [*(body if isinstance(body, list) else []), None]:  # None closes the last run
+                        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                            run.append(stmt)
+                            continue
+                        if run:
+                            near = lines[max(0, run[0].lineno - 3): run[-1].end_lineno]
+                            commented = any("#" in line for line in near)
+                            found += [(str(path.relative_to(src)), imp.lineno, commented) for imp in run]
+                        run = []
+    return sorted(set(found))
+
+
+LAZY_IMPORTS_MAX = 60  # optional dependencies and heavy imports kept off the start-up path
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    """An import inside a function hides a dependency: only optional packages and heavy imports
+    kept off the start-up path (``src/train.py``'s checks, ``src/plan.py --help``) stay lazy, each
+    with a comment saying which."""
+    found = lazy_imports()
+    assert len(found) <= LAZY_IMPORTS_MAX, f"{len(found)} imports inside functions (at most {LAZY_IMPORTS_MAX})"
+    silent = [f"{path}:{line}" for path, line, commented in found if not commented]
+    assert not silent, f"imports inside functions without a comment saying why: {silent}"
+
+
+def _functions(src: Path = SRC.parent):
+    for path in sorted(src.rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield f"{path.relative_to(src)}:{fn.lineno} {fn.name}", fn
+
+
+LONG_FUNCTIONS_MAX = 4  # over 50 lines, docstring included: the loss, GiGPO's parts, vLLM's set-up, the plan's advice
+WIDE_FUNCTIONS_MAX = 24  # over 6 parameters (self excluded): the env constructors and the estimators, mostly
+
+
+def test_functions_stay_short_and_narrow():
+    """Ratchets on the house's shape: functions over 50 lines, and over 6 parameters, may only
+    become fewer (lower the limit when they do)."""
+    long = [name for name, fn in _functions() if fn.end_lineno - fn.lineno + 1 > 50]
+    assert len(long) <= LONG_FUNCTIONS_MAX, f"{len(long)} functions over 50 lines: {long}"
+    wide = [name for name, fn in _functions()
+            if len([a for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs if a.arg not in ("self", "cls")]) > 6]
+    assert len(wide) <= WIDE_FUNCTIONS_MAX, f"{len(wide)} functions with more than 6 parameters: {wide}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from arl.run.checks import validate_config
+from arl.run.settings import run_settings
 from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, compose
 
@@ -14,8 +15,8 @@ def test_kl_coef_zero_builds_no_reference(tiny):
     from arl.run.builders import build_rl_module
 
     model, tok = tiny
-    assert build_rl_module(compose(["algo.kl.coef=0"]), model, tok).reference is None
-    assert build_rl_module(compose([]), model, tok).reference is not None
+    assert build_rl_module(run_settings(compose(["algo.kl.coef=0"])), model, tok).reference is None
+    assert build_rl_module(run_settings(compose([])), model, tok).reference is not None
 
 
 def _scoring_batch(vocab: int):
@@ -40,7 +41,7 @@ def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(
     from arl.run.builders import build_rl_module
 
     model, tok = tiny
-    module = build_rl_module(compose(["rl.reference_dtype=bfloat16"]), model, tok)
+    module = build_rl_module(run_settings(compose(["rl.reference_dtype=bfloat16"])), model, tok)
     ref = module.reference
     assert {p.dtype for p in ref.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in model.parameters()} == {torch.float32}  # the policy untouched
@@ -52,13 +53,13 @@ def test_a_bf16_reference_is_a_tied_half_size_copy_scoring_within_bf16_rounding(
     # buffers keep their dtype: rotary frequencies rounded to bf16 would turn long prompts' angles by radians
     assert [(n, b.dtype) for n, b in ref.named_buffers()] == [(n, b.dtype) for n, b in model.named_buffers()]
     # the policy's own dtype asked for: a full copy, still sharing nothing
-    same = build_rl_module(compose(["rl.reference_dtype=float32"]), model, tok).reference
+    same = build_rl_module(run_settings(compose(["rl.reference_dtype=float32"])), model, tok).reference
     assert not any(p.data_ptr() in policy_ptrs for p in same.parameters())
     data, response = _scoring_batch(len(tok))
-    module._ref_log_probs(data)
+    ref_log_probs = module._ref_log_probs(data)
     with torch.no_grad():
         full, _ = forward_log_probs(model.eval(), data, module.temperature)
-    gap = ((data["ref_log_probs"] - full * response).abs() * response).max()
+    gap = ((ref_log_probs - full * response).abs() * response).max()
     assert 0 < gap < 0.1  # bf16 rounding moves the log-probs, a little
     with pytest.raises(ConfigError, match=r"rl\.reference_dtype='int8'"):
         validate_config(compose(["rl.reference_dtype=int8"]))
@@ -77,7 +78,7 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
     lora = LoraSettings(enabled=True, r=4, alpha=8.0, dropout=0.0, target_modules=("q_proj", "v_proj"))
     policy, tok = load_policy(tiny_path, lora=lora)
     base, _ = load_policy(tiny_path)
-    module = build_rl_module(compose([]), policy, tok)
+    module = build_rl_module(run_settings(compose([])), policy, tok)
     assert module.reference is None and module.algo.kl.coef > 0
     # no second copy of the base weights anywhere in the module: its parameter storages are the policy's
     storages = {p.untyped_storage().data_ptr() for p in module.parameters()}
@@ -87,11 +88,11 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(tiny_path):
             if "lora_B" in name:
                 p.add_(0.05)  # the adapters moved: the policy is no longer the base
     data, response = _scoring_batch(len(tok))
-    module._ref_log_probs(data)
+    ref_log_probs = module._ref_log_probs(data)
     with torch.no_grad():
         want, _ = forward_log_probs(base.eval(), data, module.temperature)
         moved, _ = forward_log_probs(policy.eval(), data, module.temperature)
-    torch.testing.assert_close(data["ref_log_probs"], want * response, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ref_log_probs, want * response, atol=1e-5, rtol=0)
     assert (moved - want).abs().max() > 1e-3  # the adapters were on outside the reference
 
 
@@ -131,14 +132,18 @@ def test_rank0_loading_is_chosen_where_it_holds_and_refused_elsewhere():
     explicit rank0 where the transformers engine needs a copy on every rank, or on one process,
     stops the run at start-up naming the key."""
     from arl.distributed.fsdp import loads_on_rank0
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
+
+    def rank0(overrides):
+        run = run_settings(compose(overrides))
+        return loads_on_rank0(run.trainer, run.rollout.engine)
 
     fsdp2_vllm = ["trainer=fsdp2_cpu", "rollout=vllm"]
-    assert loads_on_rank0(container(compose(fsdp2_vllm)))
-    assert not loads_on_rank0(container(compose([*fsdp2_vllm, "trainer.sharding.load=every_rank"])))
-    assert not loads_on_rank0(container(compose(["trainer=fsdp2_cpu"])))  # the transformers engine
-    assert not loads_on_rank0(container(compose([*fsdp2_vllm, "trainer.devices=1"])))
-    assert not loads_on_rank0(container(compose(["trainer=ddp", "rollout=vllm"])))
+    assert rank0(fsdp2_vllm)
+    assert not rank0([*fsdp2_vllm, "trainer.sharding.load=every_rank"])
+    assert not rank0(["trainer=fsdp2_cpu"])  # the transformers engine
+    assert not rank0([*fsdp2_vllm, "trainer.devices=1"])
+    assert not rank0(["trainer=ddp", "rollout=vllm"])
     validate_config(compose([*fsdp2_vllm, "trainer.sharding.load=rank0"]))
     for overrides in (["trainer=fsdp2_cpu", "trainer.sharding.load=rank0"],
                       [*fsdp2_vllm, "trainer.devices=1", "trainer.sharding.load=rank0"]):

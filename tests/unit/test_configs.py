@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from arl.run.checks import validate_config
+from arl.run.settings import run_settings
 from arl.utils.config import ConfigError
 from arl_testing import CONFIG_DIR, ROOT, compose, needs_smollm2
 
@@ -471,12 +472,14 @@ def test_rollout_old_log_probs_refuse_the_rollout_correction():
 
 
 def test_the_horizon_is_the_generation_budget():
-    from arl.run.builders import loss_horizon
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
 
-    assert loss_horizon(container(compose(["rollout.max_new_tokens=24"]))) == 24
-    assert loss_horizon(container(compose(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]))) == 120
-    assert loss_horizon(container(compose(["algo.loss.horizon=7"]))) == 7
+    def horizon(overrides):
+        return run_settings(compose(overrides)).algo.loss.horizon
+
+    assert horizon(["rollout.max_new_tokens=24"]) == 24
+    assert horizon(["rollout.max_new_tokens=24", "rollout.sample_mode=trajectory", "env.max_turns=5"]) == 120
+    assert horizon(["algo.loss.horizon=7"]) == 7
 
 
 @pytest.mark.parametrize("overrides,reuse", [
@@ -491,9 +494,9 @@ def test_the_horizon_is_the_generation_budget():
 ])
 def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
     from arl.run.builders import reuse_rollout_log_probs
-    from arl.utils.config import container
+    from arl.run.settings import run_settings
 
-    assert reuse_rollout_log_probs(container(compose(overrides))) is reuse
+    assert reuse_rollout_log_probs(run_settings(compose(overrides))) is reuse
 
 
 def test_config_tests_skip_without_the_smollm2_extra(tmp_path):
@@ -530,7 +533,7 @@ def test_gpu_trainers_stop_at_start_up_with_the_cpu_alternative(overrides):
     cfg = compose(overrides)
     validate_config(cfg)  # the config itself is fine
     with pytest.raises(ConfigError, match="needs a GPU, and this machine has none") as err:
-        check_machine(cfg)
+        check_machine(run_settings(cfg))
     assert "debug=cpu_small" in str(err.value) and "trainer=cpu" in str(err.value)
 
 
@@ -539,7 +542,7 @@ def test_vllm_without_the_package_says_how_to_get_it():
     from arl.run.checks import check_machine
 
     with pytest.raises(ConfigError, match=r"rollout=vllm needs the vllm package.*pip install 'arl\[vllm\]'"):
-        check_machine(compose(["rollout=vllm"]))
+        check_machine(run_settings(compose(["rollout=vllm"])))
 
 
 @pytest.mark.parametrize("override,message", [
@@ -555,16 +558,16 @@ def test_missing_folders_and_files_say_so(override, message):
     base = ["model=hf"] if override.startswith("model.path") else ["env=math_tool"] if override.startswith("env.") else []
     cfg = compose([*base, *override.split()])
     with pytest.raises(ConfigError) as err:
-        check_machine(cfg)
+        check_machine(run_settings(cfg))
     assert message in str(err.value)
 
 
 def test_a_hub_id_and_the_default_machine_pass(tmp_path):
     from arl.run.checks import check_machine
 
-    check_machine(compose(["model=hf", "model.path=Qwen/Qwen3-4B"]))  # fetched later, not checked here
-    check_machine(compose([]))
-    check_machine(compose(["model=hf", f"model.path={tmp_path}"]))
+    check_machine(run_settings(compose(["model=hf", "model.path=Qwen/Qwen3-4B"])))  # fetched later, not checked here
+    check_machine(run_settings(compose([])))
+    check_machine(run_settings(compose(["model=hf", f"model.path={tmp_path}"])))
 
 
 @pytest.mark.parametrize("overrides,message", [

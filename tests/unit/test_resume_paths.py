@@ -16,8 +16,23 @@ def _save(path, iteration: int) -> None:
     torch.save({"arl": {"iteration": iteration}, "state_dict": {"w": torch.zeros(64)}}, path)
 
 
+
+def _resolve(c: dict):
+    """resolve_ckpt_path of a config's ckpt_path, paths and task_name."""
+    from arl.run.resume import resolve_ckpt_path
+
+    paths = c["paths"]
+    return resolve_ckpt_path(c["ckpt_path"], paths.get("log_dir", ""), c.get("task_name", ""), paths.get("output_dir", ""))
+
+
+def _finished(c: dict):
+    """finished_results of a config's ckpt_path, paths.output_dir and rl.iterations."""
+    from arl.run.resume import finished_results
+
+    return finished_results(c["ckpt_path"], c["paths"]["output_dir"], c["rl"]["iterations"])
+
 def test_ckpt_path_last_finds_the_newest_run(tmp_path):
-    from arl.run.resume import find_last_checkpoint, resolve_ckpt_path
+    from arl.run.resume import find_last_checkpoint
 
     with pytest.raises(ConfigError, match="no checkpoint of task 'job'"):
         find_last_checkpoint(tmp_path, "job")
@@ -32,20 +47,19 @@ def test_ckpt_path_last_finds_the_newest_run(tmp_path):
     os.utime(paths[1], (now - 100, now - 100))
     assert find_last_checkpoint(tmp_path, "job") == paths[0]
     c = {"ckpt_path": "last", "paths": {"log_dir": str(tmp_path)}, "task_name": "job"}
-    assert resolve_ckpt_path(c) == paths[0]
+    assert _resolve(c) == paths[0]
     with pytest.raises(ConfigError, match="does not exist"):
-        resolve_ckpt_path({**c, "ckpt_path": str(tmp_path / "nope.ckpt")})
+        _resolve({**c, "ckpt_path": str(tmp_path / "nope.ckpt")})
 
 
 def test_ckpt_path_resume_is_the_run_folders_own_checkpoint_or_a_fresh_start(tmp_path):
-    from arl.run.resume import resolve_ckpt_path
 
     c = {"ckpt_path": "resume", "paths": {"output_dir": str(tmp_path / "job"), "log_dir": str(tmp_path)}, "task_name": "t"}
-    assert resolve_ckpt_path(c) is None  # nothing yet: start fresh (no error, unlike `last`)
+    assert _resolve(c) is None  # nothing yet: start fresh (no error, unlike `last`)
     ck = tmp_path / "job" / "checkpoints" / "last.ckpt"
     ck.parent.mkdir(parents=True)
     _save(ck, 1)
-    assert resolve_ckpt_path(c) == ck
+    assert _resolve(c) == ck
 
 
 def test_a_finished_run_returns_its_record_with_or_without_its_checkpoint(tmp_path, caplog):
@@ -55,37 +69,37 @@ def test_a_finished_run_returns_its_record_with_or_without_its_checkpoint(tmp_pa
     start over); None when training goes on from the checkpoint."""
     import json
 
-    from arl.run.resume import RESULTS_FILE, finished_results
+    from arl.run.resume import RESULTS_FILE
 
     run = tmp_path / "job"
     c = {"ckpt_path": "resume", "paths": {"output_dir": str(run)}, "rl": {"iterations": 30}}
-    assert finished_results(c) is None  # a fresh folder: train
+    assert _finished(c) is None  # a fresh folder: train
     run.mkdir()
     record = {"iterations_done": 30, "val_after_rl": {"val/success_rate": 0.5}}
     (run / RESULTS_FILE).write_text(json.dumps(record))
-    assert finished_results(c) == record
-    assert finished_results({**c, "ckpt_path": None}) is None  # only `resume` looks
-    assert finished_results({**c, "ckpt_path": "last"}) is None
+    assert _finished(c) == record
+    assert _finished({**c, "ckpt_path": None}) is None  # only `resume` looks
+    assert _finished({**c, "ckpt_path": "last"}) is None
     with pytest.raises(ConfigError, match="finished at iteration 30 .* rl.iterations is now 40"):
-        finished_results({**c, "rl": {"iterations": 40}})
-    assert finished_results({**c, "rl": {"iterations": 20}}) == record  # a longer run's record, said so
+        _finished({**c, "rl": {"iterations": 40}})
+    assert _finished({**c, "rl": {"iterations": 20}}) == record  # a longer run's record, said so
     assert "finished at iteration 30 (rl_results.json), more than rl.iterations=20" in caplog.text
     import torch
 
     ck = run / "checkpoints" / "last.ckpt"
     ck.parent.mkdir()
     torch.save({"arl": {"iteration": 30}}, ck)
-    assert finished_results(c) == record  # the final checkpoint is there too: still finished, left alone
-    assert finished_results({**c, "rl": {"iterations": 40}}) is None  # ... unless it is to go on from it
+    assert _finished(c) == record  # the final checkpoint is there too: still finished, left alone
+    assert _finished({**c, "rl": {"iterations": 40}}) is None  # ... unless it is to go on from it
     torch.save({"arl": {"iteration": 34}}, ck)  # a checkpoint past the record (the run trained on): resume
-    assert finished_results(c) is None
+    assert _finished(c) is None
 
 
 def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_newest_readable_one(tmp_path):
     """A truncated checkpoint, another kind of file, a zip that is not torch's, a folder without
     meta.pt: refused at once, the file named, and the run's newest readable checkpoint offered
     (torch's 'mmap can only be used with files saved with ...' never reaches the user)."""
-    from arl.run.resume import checkpoint_iteration, checkpoint_problem, resolve_ckpt_path
+    from arl.run.resume import checkpoint_iteration, checkpoint_problem
 
     folder = tmp_path / "run" / "checkpoints"
     folder.mkdir(parents=True)
@@ -100,9 +114,9 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_newest_readable_on
     c = {"ckpt_path": str(last), "paths": {"output_dir": str(tmp_path / "run"), "log_dir": str(tmp_path)}, "task_name": "t"}
     with pytest.raises(ConfigError, match=f"ckpt_path={last}: {last} is not a checkpoint .*truncated.*"
                                           f"newest readable checkpoint of this run is {best}: pass ckpt_path={best}"):
-        resolve_ckpt_path(c)
+        _resolve(c)
     with pytest.raises(ConfigError, match="newest readable checkpoint of this run is .*best-iter2.ckpt"):
-        resolve_ckpt_path({**c, "ckpt_path": "resume"})  # the run folder's own last.ckpt is the broken one
+        _resolve({**c, "ckpt_path": "resume"})  # the run folder's own last.ckpt is the broken one
     notes = folder / "notes.ckpt"
     notes.write_text("not a checkpoint at all")
     assert "not a checkpoint" in checkpoint_problem(notes)
@@ -118,7 +132,7 @@ def test_a_checkpoint_that_cannot_be_read_is_refused_with_the_newest_readable_on
     assert checkpoint_problem(sharded) is None
     best.unlink()  # now the newest readable one is the sharded folder
     with pytest.raises(ConfigError, match="newest readable checkpoint of this run is .*sharded.ckpt"):
-        resolve_ckpt_path(c)
+        _resolve(c)
 
 
 def test_damaged_archives_dangling_links_and_finished_runs(tmp_path, caplog):
@@ -127,7 +141,7 @@ def test_damaged_archives_dangling_links_and_finished_runs(tmp_path, caplog):
     left as it is (its record returned, a warning said)."""
     import json
 
-    from arl.run.resume import RESULTS_FILE, checkpoint_problem, finished_results, newest_valid_checkpoint
+    from arl.run.resume import RESULTS_FILE, checkpoint_problem, newest_valid_checkpoint
 
     folder = tmp_path / "run" / "checkpoints"
     folder.mkdir(parents=True)
@@ -148,5 +162,5 @@ def test_damaged_archives_dangling_links_and_finished_runs(tmp_path, caplog):
     (run / RESULTS_FILE).write_text(json.dumps({"iterations_done": 3}))
     (folder / "last.ckpt").write_bytes(b"cut")
     c = {"ckpt_path": "resume", "paths": {"output_dir": str(run)}, "rl": {"iterations": 3}}
-    assert finished_results(c) == {"iterations_done": 3}
+    assert _finished(c) == {"iterations_done": 3}
     assert "cannot be read" in caplog.text

@@ -26,6 +26,17 @@ def _k3(log_p: Tensor, log_q: Tensor) -> Tensor:
 
 
 @torch.no_grad()
+def _seq_ratio_quantiles(seq_ratio: Tensor, non_empty: Tensor, dtype: torch.dtype) -> dict[str, Tensor]:
+    """The :data:`SEQ_RATIO_QUANTILES` of the sequence ratios ``seq_ratio`` (B,) of the non-empty
+    sequences (``non_empty``, (B,) bool); ones when every sequence is empty."""
+    if bool(non_empty.any()):
+        q = torch.tensor([p for _, p in SEQ_RATIO_QUANTILES], dtype=torch.float32, device=seq_ratio.device)
+        values = torch.quantile(seq_ratio[non_empty].float(), q).to(dtype)
+    else:
+        values = torch.ones(len(SEQ_RATIO_QUANTILES), dtype=dtype, device=seq_ratio.device)
+    return {name: value for (name, _), value in zip(SEQ_RATIO_QUANTILES, values, strict=True)}
+
+
 def is_stats(
     log_prob: Tensor,
     old_log_prob: Tensor,
@@ -53,27 +64,15 @@ def is_stats(
     mask = response_mask.to(log_prob.dtype)
     log_ratio = (log_prob - old_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
-    pos = advantages > 0
-    neg = advantages < 0
-    above = ratio > 1.0 + clip_high
-    below = ratio < 1.0 - clip_low
-    out = {
-        "tokens_above_pos": masked_mean((above & pos).to(mask.dtype), mask),
-        "tokens_below_pos": masked_mean((below & pos).to(mask.dtype), mask),
-        "tokens_above_neg": masked_mean((above & neg).to(mask.dtype), mask),
-        "tokens_below_neg": masked_mean((below & neg).to(mask.dtype), mask),
-    }
+    sides = {"above": ratio > 1.0 + clip_high, "below": ratio < 1.0 - clip_low}
+    signs = {"pos": advantages > 0, "neg": advantages < 0}
+    out = {f"tokens_{side}_{sign}": masked_mean((outside & with_sign).to(mask.dtype), mask)
+           for sign, with_sign in signs.items() for side, outside in sides.items()}
 
     lengths = mask.sum(dim=-1)
     non_empty = lengths > 0
     seq_ratio = torch.exp(sequence_log_ratio(log_prob, old_log_prob, mask))  # (B,)
-    if bool(non_empty.any()):
-        q = torch.tensor([p for _, p in SEQ_RATIO_QUANTILES], dtype=torch.float32, device=mask.device)
-        values = torch.quantile(seq_ratio[non_empty].float(), q).to(log_prob.dtype)
-    else:
-        values = torch.ones(len(SEQ_RATIO_QUANTILES), dtype=log_prob.dtype, device=log_prob.device)
-    for (name, _), value in zip(SEQ_RATIO_QUANTILES, values, strict=True):
-        out[name] = value
+    out.update(_seq_ratio_quantiles(seq_ratio, non_empty, log_prob.dtype))
 
     token_kl = _k3(log_prob, old_log_prob) * mask  # samples from pi_old: KL(pi_old || pi)
     seq_kl = token_kl.sum(dim=-1)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import yaml
+
 from arl.analysis.contrasts import Contrast, collapse_tests, fmt_p, paired_p, ratio_values, threshold_window, verdict
 from arl.analysis.runs import read_config, read_overrides
 from arl.analysis.stats import mean_ci, parse_contrast
@@ -85,8 +87,6 @@ def _shown(path: Path) -> Path:
 
 
 def load_spec(path: Path) -> Spec:
-    import yaml  # heavy: yaml (~20 ms) would make `import arl.analysis.findings` a third slower
-
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no such spec: {path}")
@@ -254,6 +254,24 @@ def _start_note(studies: list[Study], short: bool = False, measure: Measure = ME
     return "; the start " + ", ".join(parts)
 
 
+def _verdict_words(spec: Spec, f: dict, m: str, c) -> tuple[str, str]:
+    """The verdict on contrast ``c`` of measure ``m`` of finding ``f``, and the note on the paper's
+    effect size when the finding names one (``paper_effect``)."""
+    effect_p, effect_note = None, ""
+    eff = f.get("paper_effect")
+    if eff and eff.get("measure", m) == m:
+        base = statistics.fmean(c.study.by_setting(m)[eff["of"]].values())
+        size = float(eff["relative"]) * base
+        raw = paired_p(c.values, null=size)
+        effect_p = min(1.0, raw * c.family_size)
+        effect_note = (f"; the paper's size, {size:+.3f} ({100 * eff['relative']:.1f} % of "
+                       f"{c.study.name(eff['of'])}'s {base:.3f}): p {fmt_p(raw)}, Bonferroni {fmt_p(effect_p)}")
+    word = verdict(c.p_holm, c.mean, f["expect"], alpha=spec.alpha, ours=bool(f.get("ours")), effect_p=effect_p)
+    if word == "inconclusive" and c.p < spec.alpha:
+        word += " (uncorrected only)"
+    return word, effect_note
+
+
 def finding_row(spec: Spec, f: dict) -> Row:
     """The findings table's row of one finding of the spec."""
     kind = f.get("kind", "contrast")
@@ -285,21 +303,7 @@ def finding_row(spec: Spec, f: dict) -> Row:
             ours += _start_note(studies, measure=MEASURE_KINDS[m])
             ours_short += _start_note(studies, short=True, measure=MEASURE_KINDS[m])
         lo_hi, holms, interval = _interval_cell(contrasts)
-        words = []
-        for c in contrasts:
-            effect_p, effect_note = None, ""
-            eff = f.get("paper_effect")
-            if eff and eff.get("measure", m) == m:
-                base = statistics.fmean(c.study.by_setting(m)[eff["of"]].values())
-                size = float(eff["relative"]) * base
-                raw = paired_p(c.values, null=size)
-                effect_p = min(1.0, raw * c.family_size)
-                effect_note = (f"; the paper's size, {size:+.3f} ({100 * eff['relative']:.1f} % of "
-                               f"{c.study.name(eff['of'])}'s {base:.3f}): p {fmt_p(raw)}, Bonferroni {fmt_p(effect_p)}")
-            word = verdict(c.p_holm, c.mean, f["expect"], alpha=spec.alpha, ours=bool(f.get("ours")), effect_p=effect_p)
-            if word == "inconclusive" and c.p < spec.alpha:
-                word += " (uncorrected only)"
-            words.append((word, effect_note))
+        words = [_verdict_words(spec, f, m, c) for c in contrasts]
         head = _head(m, label, bool(f.get("ours")))
         if len({w for w, _ in words}) == 1:
             both = {2: " (both)"}.get(len(words), " (all)" if len(words) > 2 else "")

@@ -140,6 +140,20 @@ def _differences(page_line: str, want_line: str, header: list[str] | None) -> li
     return out
 
 
+def _table_headers(lines: list[str]) -> dict[int, list[str]]:
+    """The header cells of each table row of ``lines``, by line index: the first line of its table."""
+    header: list[str] | None = None
+    headers = {}
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("|"):
+            if header is None:
+                header = _cells(line)
+            headers[i] = header
+        else:
+            header = None
+    return headers
+
+
 def check_text(text: str, blocks: Callable[[str], str], page: str, required: list[str] = (),
                values: Callable[[str], str] | None = None, prose: str | None = None) -> list[str]:
     """Problems of one page: each number of a generated block that differs from ``blocks(name)``,
@@ -171,15 +185,7 @@ def check_text(text: str, blocks: Callable[[str], str], page: str, required: lis
             continue
         got = m.group(2).rstrip("\n").split("\n")
         first = text[: m.start(2)].count("\n") + 1
-        header: list[str] | None = None
-        headers = {}
-        for i, line in enumerate(want):  # the header of each table row: the first line of its table
-            if line.lstrip().startswith("|"):
-                if header is None:
-                    header = _cells(line)
-                headers[i] = header
-            else:
-                header = None
+        headers = _table_headers(want)
         matcher = difflib.SequenceMatcher(a=got, b=want, autojunk=False)
         for op, a0, a1, b0, b1 in matcher.get_opcodes():
             if op == "equal":

@@ -66,9 +66,7 @@ def _pyplot():
 
 def line_styles(runs: list[Run]) -> dict[str, tuple]:
     """Run label -> (colour, line style): one colour per setting, one line style per seed."""
-    import matplotlib  # optional: matplotlib (dev extra), only to draw the figures
-
-    palette = matplotlib.colormaps["tab10" if len({r.group for r in runs}) <= 10 else "tab20"].colors
+    palette = _pyplot().colormaps["tab10" if len({r.group for r in runs}) <= 10 else "tab20"].colors
     dashes = ["-", "--", ":", "-."]
     groups = list(dict.fromkeys(r.group for r in runs))
     seen: dict[str, int] = defaultdict(int)
@@ -125,8 +123,6 @@ def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]
     """Panel ``tag`` of plot ``stem`` on ``ax``: every run's curve (smoothed per :data:`SMOOTH`),
     thin under its setting's mean and 95 % band where the setting has several seeds, the y range
     fitted to the lines, titled with the tag (several panels) or the plot's ``title``."""
-    from matplotlib.ticker import MaxNLocator  # optional: matplotlib (dev extra)
-
     window = SMOOTH.get(tag, 1)
     drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
     for name, members in groups.items():
@@ -147,7 +143,7 @@ def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]
     name = tag if len(PLOTS[stem][1]) > 1 else title
     ax.set_title(name + (f" (moving average of {window} iterations)" if window > 1 else ""), fontsize=10)
     ax.set_xlabel("iteration")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # round ticks: 0, 10, 20, not 0, 8, 16
+    ax.xaxis.set_major_locator(_pyplot().MaxNLocator(integer=True, steps=[1, 2, 5, 10]))  # round ticks: 0, 10, 20, not 0, 8, 16
     ax.grid(alpha=0.3)
 
 

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from arl.analysis.stats import parse_contrast
 from arl.utils.episode_files import iteration_of
 
@@ -133,8 +135,6 @@ def read_overrides(run_dir: Path) -> dict[str, str]:
     path = Path(run_dir) / ".hydra" / "overrides.yaml"
     if not path.exists():
         return {}
-    import yaml  # heavy: yaml (~20 ms), only for a run that has the file; keeps the report's imports light
-
     items = yaml.safe_load(path.read_text()) or []
     return parse_overrides(",".join(str(i) for i in items))
 
@@ -151,20 +151,31 @@ def event_files(root: Path) -> list[Path]:
     return sorted(Path(root).rglob("events.out.tfevents.*"), key=written) if Path(root).exists() else []
 
 
+def _read_events(events: Path):
+    """TensorBoard's reader of one event file, loaded with every scalar."""
+    # heavy: tensorboard's reader (~0.35 s, numpy, protobuf), only for runs that have event files
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
+    acc.Reload()
+    return acc
+
+
+def scalar_tags(events: Path) -> list[str]:
+    """The scalar tags one event file holds."""
+    return list(_read_events(events).Tags().get("scalars", []))
+
+
 def read_scalars(folder: Path, subdir: str = "rl") -> dict[str, Series]:
     """Every scalar under ``folder/tensorboard/<subdir>`` (or ``folder/tensorboard`` when that
     subfolder is missing); all event files, the value of the file written later
     (:func:`event_files`) wins for a repeated step."""
-    # heavy: tensorboard's reader (~0.35 s, numpy, protobuf), only for runs that have event files
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     root = folder / "tensorboard" / subdir
     if not root.exists():
         root = folder / "tensorboard"
     merged: dict[str, dict[int, float]] = defaultdict(dict)
     for events in event_files(root):
-        acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-        acc.Reload()
+        acc = _read_events(events)
         for tag in acc.Tags().get("scalars", []):
             for ev in acc.Scalars(tag):
                 merged[tag][int(ev.step)] = float(ev.value)
@@ -258,8 +269,6 @@ def read_config(run_dir: Path) -> dict:
     config = Path(run_dir) / ".hydra" / "config.yaml"
     if not config.exists():
         return {}
-    import yaml  # heavy: yaml (~20 ms), only for a run that has the file; keeps the report's imports light
-
     return yaml.safe_load(config.read_text()) or {}
 
 

@@ -19,7 +19,7 @@ from functools import cached_property
 from pathlib import Path
 
 from arl.analysis.contrasts import Contrast, holm, paired_p, plural
-from arl.analysis.runs import Run, event_files, find_runs, read_config, seed_of, values_by_setting
+from arl.analysis.runs import Run, event_files, find_runs, read_config, scalar_tags, seed_of, values_by_setting
 from arl.analysis.stats import _seed_key, contrast_values, parse_contrast
 from arl.analysis.tables import MEASURES
 
@@ -96,12 +96,7 @@ MEASURE_KINDS: dict[str, Measure] = {
 
 
 def _holds_scalars(events: Path, prefix: str = "rollout/") -> bool:
-    # heavy: tensorboard's reader (~0.35 s, numpy, protobuf), only for runs that have event files
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(events), size_guidance={"scalars": 0})
-    acc.Reload()
-    return any(t.startswith(prefix) for t in acc.Tags().get("scalars", []))
+    return any(t.startswith(prefix) for t in scalar_tags(events))
 
 
 @dataclass(eq=False)  # identity: a study is hashed and compared as itself

@@ -91,6 +91,17 @@ def _values(study: Study, value: str, runs: list[Run]) -> list[float]:
     return [v for v in (read(r) for r in runs) if v is not None]
 
 
+def _lower(study, value: str, a: str, b: str, seed: str | None) -> str:
+    """How many seeds have ``value`` lower under setting ``a`` than under ``b`` (the others named)."""
+    fmt = VALUES[value][1]
+    va = {seed_of(r): v for r, v in zip(_runs(study, [a], seed), _values(study, value, _runs(study, [a], seed)))}
+    vb = {seed_of(r): v for r, v in zip(_runs(study, [b], seed), _values(study, value, _runs(study, [b], seed)))}
+    seeds = [s for s in vb if s in va]
+    below = [s for s in seeds if va[s] < vb[s]]
+    other = [f"seed {s}: {format(vb[s], fmt)} -> {format(va[s], fmt)}" for s in seeds if s not in below]
+    return f"{len(below)} of {len(seeds)} seeds" + (f" (not {'; '.join(other)})" if other else "")
+
+
 def inline_value(spec: Spec, name: str) -> str:
     """The text of the inline value ``name`` (the words inside ``<!-- value NAME -->``)."""
     words = shlex.split(name)
@@ -120,14 +131,7 @@ def inline_value(spec: Spec, name: str) -> str:
             raise ValueError(f"value {name!r}: no run of {', '.join(names)} in {words[0]}")
         return _span(values, VALUES[value][1])
     if kind == "lower":
-        value, a, b = args
-        fmt = VALUES[value][1]
-        va = {seed_of(r): v for r, v in zip(_runs(study, [a], seed), _values(study, value, _runs(study, [a], seed)))}
-        vb = {seed_of(r): v for r, v in zip(_runs(study, [b], seed), _values(study, value, _runs(study, [b], seed)))}
-        seeds = [s for s in vb if s in va]
-        below = [s for s in seeds if va[s] < vb[s]]
-        other = [f"seed {s}: {format(vb[s], fmt)} -> {format(va[s], fmt)}" for s in seeds if s not in below]
-        return f"{len(below)} of {len(seeds)} seeds" + (f" (not {'; '.join(other)})" if other else "")
+        return _lower(study, *args, seed=seed)
     if kind == "games":
         rows = games_by_setting(_runs(study, args, seed))
         if len(rows) != 1:

@@ -56,19 +56,19 @@ def is_sharded(trainer_cfg: Mapping[str, Any] | None) -> bool:
 SHARDING_LOADS = ("auto", "rank0", "every_rank")
 
 
-def loads_on_rank0(c: Mapping[str, Any]) -> bool:
-    """``trainer.sharding.load`` of the plain config ``c`` resolved: whether rank 0 alone loads
+def loads_on_rank0(trainer: Mapping[str, Any], engine: str) -> bool:
+    """``trainer.sharding.load`` of the ``trainer`` group resolved for the rollout ``engine``
+    (``rollout.engine``): whether rank 0 alone loads
     the policy's weights and the other ranks receive their shards from it. ``auto`` means yes
     under FSDP2 (``ModelParallelStrategy``) on several processes with the vLLM engine, the
     paper-scale setting: a node then holds one loaded copy, not one per GPU (the transformers
     engine generates from an unsharded copy on every rank, so it needs every rank to load).
     ``rank0`` outside that setting is a config error (``arl.run.checks``)."""
-    trainer = c.get("trainer") or {}
+    trainer = trainer or {}
     choice = (trainer.get("sharding") or {}).get("load", "auto")
     if choice == "every_rank":
         return False
-    return (strategy_name(trainer) == "ModelParallelStrategy" and trainer_processes(trainer) > 1
-            and (c.get("rollout") or {}).get("engine") == "vllm")
+    return strategy_name(trainer) == "ModelParallelStrategy" and trainer_processes(trainer) > 1 and engine == "vllm"
 
 
 def block_class_names(model: nn.Module) -> list[str]:

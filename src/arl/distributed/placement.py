@@ -198,26 +198,28 @@ def resolve_placement(env: Mapping[str, str] | None = None, cuda_count: int | No
             )
     if not 0 <= rank < world or local < 0:
         raise PlacementError(f"rank {rank} (local {local}) does not fit a world of {world}")
-    gpus = _visible_gpus(env, cuda_count)
+    return Placement(launcher, rank, local, world, _device(env, local, _visible_gpus(env, cuda_count)))
+
+
+def _device(env: Mapping[str, str], local: int, gpus: int) -> str:
+    """The device of local rank ``local`` with ``gpus`` GPUs visible (a listed ``trainer.devices`` first)."""
     listed = _listed_devices(env)
     if gpus == 0:
-        device = "cpu"
-    elif listed is not None:
+        return "cpu"
+    if listed is not None:
         if local >= len(listed) or not 0 <= listed[local] < gpus:
             raise PlacementError(
                 f"local rank {local} with trainer.devices={listed} ({gpus} GPUs visible): no listed device for this rank"
             )
-        device = f"cuda:{listed[local]}"
-    elif local < gpus:
-        device = f"cuda:{local}"
-    elif gpus == 1:  # one GPU bound to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)
-        device = "cuda:0"
-    else:
-        raise PlacementError(
-            f"local rank {local} but only {gpus} GPUs are visible (CUDA_VISIBLE_DEVICES="
-            f"{env.get('CUDA_VISIBLE_DEVICES', 'unset')}): more tasks on this node than GPUs"
-        )
-    return Placement(launcher, rank, local, world, device)
+        return f"cuda:{listed[local]}"
+    if local < gpus:
+        return f"cuda:{local}"
+    if gpus == 1:  # one GPU bound to each task (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)
+        return "cuda:0"
+    raise PlacementError(
+        f"local rank {local} but only {gpus} GPUs are visible (CUDA_VISIBLE_DEVICES="
+        f"{env.get('CUDA_VISIBLE_DEVICES', 'unset')}): more tasks on this node than GPUs"
+    )
 
 
 def export_placement(placement: Placement) -> None:

@@ -142,6 +142,10 @@ class AgenticRLModule(LightningModule):
         self.updates_skipped = 0  # train/updates_skipped: iterations that made no optimiser step
         self.iteration = 0
         self.last_metrics: dict[str, float] = {}  # the last iteration's metrics, global over ranks
+        self._init_validation_state()
+
+    def _init_validation_state(self) -> None:
+        """The validation's metric states and its last values."""
         self.val_success = MeanMetric()
         self.val_return = MeanMetric()
         self.val_score = MeanMetric()  # graded envs (WebShop): the mean final score x 100
@@ -214,8 +218,10 @@ class AgenticRLModule(LightningModule):
 
     # ----------------------------------------------------------------------- training
     def training_step(self, batch: RolloutBatch, batch_idx: int):
-        """One RL iteration on ``batch``: old and reference log-probs, advantages, the update
-        (:meth:`_update`), then the metrics, combined over ranks and logged at the iteration."""
+        """One RL iteration on ``batch``, as the paper writes it: score the sampled tokens (pi_old and
+        pi_ref), the advantage of every turn, then ``ppo_epochs`` passes of mini-batches, each a loss
+        and an optimiser step (:meth:`_update`); the metrics are combined over ranks and logged at
+        the iteration. A rank without rows (``data`` None) still takes part in every collective."""
         times: dict[str, float] = {}  # seconds of the timed phases, logged as perf/<name>_s
         with timed(times, "iteration"):
             metrics = Metrics()
@@ -228,13 +234,17 @@ class AgenticRLModule(LightningModule):
             data, table = self._batch_to_device(batch)
             n_steps = self.steps_per_epoch(n_global)
             on_policy = self.ppo_epochs == 1 and n_steps == 1
-            with timed(times, "logprob"):
+            with timed(times, "logprob"):  # 1. score: log pi_old and log pi_ref of the sampled tokens, (B, L)
                 with timed(times, "old_logprob"):
-                    self._old_log_probs(data, on_policy)
-                self._ref_log_probs(data)
-            if data is not None:
-                metrics.update(self._advantages(data, table))
-            with timed(times, "update"):
+                    old_log_probs = self._old_log_probs(data, on_policy)
+                ref_log_probs = self._ref_log_probs(data)
+            if data is not None:  # 2. the advantage of every turn, spread onto its tokens, (B, L)
+                scores = {"old_log_probs": old_log_probs, "ref_log_probs": ref_log_probs}
+                data = {**data, **{k: v for k, v in scores.items() if v is not None}}
+                advantages, advantage_metrics = self._advantages(data, table)
+                data = {**data, "advantages": advantages}
+                metrics.update(advantage_metrics)
+            with timed(times, "update"):  # 3. per mini-batch: the loss, then the optimiser step
                 metrics.update(self._update(data, on_policy, n_steps))
         metrics.update(self._iteration_metrics(batch, times))
         reason = ("every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
@@ -276,33 +286,27 @@ class AgenticRLModule(LightningModule):
         table = {k: v.to(self.device) for k, v in batch.turns.items()}
         return data, table
 
-    def _old_log_probs(self, data: dict[str, torch.Tensor] | None, on_policy: bool) -> None:
-        """Set ``data['old_log_probs']`` (B, L), log pi_old of the sampled tokens, when the update
-        (ratio) or the KL reward reads them: from the rollout engine (``reuse_rollout_log_probs``)
-        or scored by the policy. A rank without rows (``data`` None) still runs the scoring forwards."""
-        need_old = not on_policy or not self.algo.kl.in_loss
-        if need_old and self.reuse_rollout_log_probs:
-            if data is not None:  # the engine scored the sampled tokens with these very weights
-                data["old_log_probs"] = data["rollout_log_probs"] * data["response_mask"]
-        elif need_old:
-            old = self._score(self.policy, data)
-            if data is not None:
-                data["old_log_probs"] = old
+    def _old_log_probs(self, data: dict[str, torch.Tensor] | None, on_policy: bool) -> torch.Tensor | None:
+        """log pi_old of the sampled tokens (B, L) when the update (ratio) or the KL reward reads
+        them, else None: the rollout engine's (``reuse_rollout_log_probs``) or scored by the policy.
+        A rank without rows (``data`` None) still runs the scoring forwards, and gets None."""
+        if on_policy and self.algo.kl.in_loss:
+            return None
+        if self.reuse_rollout_log_probs:  # the engine scored the sampled tokens with these very weights
+            return None if data is None else data["rollout_log_probs"] * data["response_mask"]
+        return self._score(self.policy, data)
 
-    def _ref_log_probs(self, data: dict[str, torch.Tensor] | None) -> None:
-        """Set ``data['ref_log_probs']`` (B, L) under the reference when the KL term is on
-        (``kl.coef > 0``). A rank without rows (``data`` None) still runs the scoring forwards."""
+    def _ref_log_probs(self, data: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
+        """log pi_ref of the sampled tokens (B, L) when the KL term is on (``kl.coef > 0``), else
+        None. A rank without rows (``data`` None) still runs the scoring forwards, and gets None."""
         if self.algo.kl.coef <= 0:
-            return
+            return None
         if self.reference is not None:
-            ref = self._score(self.reference, data)
-        elif is_peft_model(self.policy):  # the base weights: no copy of the model
+            return self._score(self.reference, data)
+        if is_peft_model(self.policy):  # the base weights: no copy of the model
             with reference_context(self.policy):
-                ref = self._score(self.policy, data)
-        else:
-            raise RuntimeError("algo.kl.coef > 0 needs a reference: a frozen copy, or a LoRA policy (adapters off)")
-        if data is not None:
-            data["ref_log_probs"] = ref
+                return self._score(self.policy, data)
+        raise RuntimeError("algo.kl.coef > 0 needs a reference: a frozen copy, or a LoRA policy (adapters off)")
 
     def _iteration_metrics(self, batch: RolloutBatch, times: dict[str, float]) -> Metrics:
         """Timings (``perf/*``, seconds, the slowest rank's; ``times`` from :meth:`training_step`),
@@ -339,10 +343,10 @@ class AgenticRLModule(LightningModule):
         metrics.same("train/updates_skipped", self.updates_skipped)
         return metrics
 
-    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor]) -> Metrics:
-        """Advantages per turn (the turn table ``table``), spread onto each turn's tokens
-        (``data['advantages']``); metrics, means over this rank's turns (``is/rollout_*``: over
-        its response tokens; ``is/rollout_max_abs_diff`` a max)."""
+    def _advantages(self, data: dict[str, torch.Tensor], table: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Metrics]:
+        """The advantage of every turn of the turn table ``table``, spread onto the turn's tokens,
+        (B, L), and metrics: means over this rank's turns (``is/rollout_*``: over its response
+        tokens; ``is/rollout_max_abs_diff`` a max)."""
         mask = data["response_mask"]
         n_turns = int(table["reward"].shape[0])
         metrics = Metrics()
@@ -362,7 +366,7 @@ class AgenticRLModule(LightningModule):
             valid=table["valid"],
             **self.advantage_kwargs,
         )
-        data["advantages"] = turn_values_to_tokens(adv, data["turn_row"]) * mask
+        token_advantages = turn_values_to_tokens(adv, data["turn_row"]) * mask
         metrics.mean("adv/mean", float(adv.mean()), n_turns)
         metrics.mean("adv/std", float(adv.std()) if adv.numel() > 1 else 0.0, n_turns)
         metrics.mean("adv/frac_zero", float((adv.abs() < 1e-8).float().mean()), n_turns)
@@ -379,7 +383,7 @@ class AgenticRLModule(LightningModule):
                     metrics.max(f"is/rollout_{k}", float(v))
                 else:
                     metrics.mean(f"is/rollout_{k}", float(v), n_tokens)
-        return metrics
+        return token_advantages, metrics
 
     def steps_per_epoch(self, n_samples: int) -> int:
         """Optimiser steps of one pass over ``n_samples`` samples (all ranks): ``ceil(n /

@@ -208,7 +208,7 @@ def setup_from_config(c: Mapping[str, Any], arch: Architecture, machine: Machine
         lora_targets=lora.target_modules, reference=float(c["algo"]["kl"]["coef"]) > 0 and not lora.enabled,
         reference_bytes_per_param=DTYPE_BYTES.get(str(rl.get("reference_dtype"))),
         checkpointing=checkpointing, logit_chunk_tokens=model.logit_chunk_tokens, tokens=int(rl["micro_token_budget"]),
-        bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]), rank0_loads=loads_on_rank0(c),
+        bc_tokens=bc_tokens, row_tokens=row_tokens, engine=str(rollout["engine"]), rank0_loads=loads_on_rank0(c.get("trainer") or {}, str(rollout["engine"])),
         **vllm_memory, vllm_kv_cache_bytes=int(kv_bytes) if kv_bytes else None, vllm_dtype_bytes=vllm_bytes,
         vllm_max_model_len=max_model_len, hf_rows=int(rollout["max_batch_size"]),
         hf_prompt_tokens=int(rollout["max_prompt_tokens"]), hf_new_tokens=int(rollout["max_new_tokens"]),

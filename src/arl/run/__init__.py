@@ -9,7 +9,7 @@
 - :mod:`~arl.run.resume`: checkpoints, finished runs and their records;
 - :mod:`~arl.run.checks`: the start-up checks (a bad key or a machine that cannot run the config
   stops the run in seconds);
-- :mod:`~arl.run.settings`: the typed ``env``, ``rollout``, ``rl``, ``bc`` and ``model`` groups;
+- :mod:`~arl.run.settings`: the run's config as one typed object (``RunSettings``, ``EvalSettings``), made once;
 - :mod:`~arl.run.loggers`: the ``logger`` group per stage; :mod:`~arl.run.resolvers`: the OmegaConf
   resolvers the entry points register; :mod:`~arl.run.explain`: which config files set a key
   (``explain=<key>``); :mod:`~arl.run.start_validation`: a sweep's shared start validation.

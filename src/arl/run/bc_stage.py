@@ -35,18 +35,17 @@ from arl.models.loading import save_hf
 from arl.modules.sft_module import BehaviourCloningModule
 from arl.run.builders import build_trainer, sampling_params
 from arl.run.evaluation import run_validation
-from arl.run.settings import run_settings
+from arl.run.settings import RunSettings
 from arl.utils.logging import console, results_table
 
 
 def _fit_bc_round(
-    c: dict[str, Any], model, pad_id: int, episodes: list, sample_mode: str, epochs: int, engine=None, skeleton=None
+    run: RunSettings, model, loop: AgentLoop, episodes: list, epochs: int, skeleton=None
 ) -> tuple[Any, int, dict[str, float]]:
-    """One SFT fit of ``model`` on ``episodes`` (response tokens only); trains ``model`` in place.
-
-    The rollout ``engine`` is built in the trainer's ``setup``, before the SFT (a vLLM that cannot
-    start stops the run before hours of SFT, not after), and sleeps while it trains
-    (:class:`arl.callbacks.EngineStart`).
+    """One SFT fit of ``model`` on ``episodes`` (response tokens only, samples cut as ``loop`` cuts
+    them); trains ``model`` in place. The rollout engine (``loop.engine``) is built in the trainer's
+    ``setup``, before the SFT (a vLLM that cannot start stops the run before hours of SFT, not
+    after), and sleeps while it trains (:class:`arl.callbacks.EngineStart`).
 
     Returns the gathered full weights when the trainer shards the model (the sharded ``model``
     object is not usable outside its strategy any more; with ``skeleton``, a meta copy of a model
@@ -54,11 +53,10 @@ def _fit_bc_round(
     the number of training samples and the last held-out metrics (``bc/val_*``; empty without
     held-out episodes).
     """
-    run = run_settings(c)
     bc = run.bc
     dm = SFTDataModule(
-        episodes, pad_id, bc.batch_size, bc.val_fraction, c["seed"], keep_failed=True, sample_mode=sample_mode,
-        val_token_budget=bc.val_token_budget, repeat_pattern=bc.repeat_turns.pattern,
+        episodes, loop.tokenizer.pad_token_id, bc.batch_size, bc.val_fraction, run.seed, keep_failed=True,
+        sample_mode=loop.sample_mode, val_token_budget=bc.val_token_budget, repeat_pattern=bc.repeat_turns.pattern,
         repeat_times=bc.repeat_turns.times,
     )
     if dm.repeated:
@@ -66,14 +64,14 @@ def _fit_bc_round(
                       f"{bc.repeat_turns.times} times an epoch ({len(dm.train_samples)} samples)")
     module = BehaviourCloningModule(
         model, instantiate(bc.optimizer), warmup_steps=bc.warmup_steps, total_steps=dm.steps_per_epoch * epochs,
-        sharding=c["trainer"].get("sharding"), logit_chunk_tokens=run.model.logit_chunk_tokens,
+        sharding=run.trainer.get("sharding"), logit_chunk_tokens=run.model.logit_chunk_tokens,
         micro_token_budget=bc.micro_token_budget,
     )
     # held-out metrics at each epoch's end, or every `val_every` batches of an epoch (Lightning counts
     # within the epoch, so the last batch is a check only when `val_every` divides the epoch)
     every = min(bc.val_every, dm.steps_per_epoch) if bc.val_every else None
     trainer = build_trainer(
-        c, "bc", [IterationLog(), EngineStart(engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
+        run, "bc", [IterationLog(), EngineStart(loop.engine)], model=model, max_epochs=epochs, enable_checkpointing=False,
         num_sanity_val_steps=0, enable_progress_bar=False, val_check_interval=every or 1.0,
         use_distributed_sampler=False,  # the DataModule splits every global batch across ranks itself
     )
@@ -83,7 +81,7 @@ def _fit_bc_round(
     if skeleton is not None:
         gathered = gather_on_rank0(module.policy, skeleton)
         module.policy.zero_grad(set_to_none=True)  # the last step's sharded gradients go with the module
-    elif is_sharded(c["trainer"]):
+    elif is_sharded(run.trainer):
         gathered = full_state_dict(module.policy, root=trainer.strategy.model)
     else:
         gathered = None
@@ -91,7 +89,7 @@ def _fit_bc_round(
     return gathered, len(dm.train_samples), held_out
 
 
-def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
+def run_bc(run: RunSettings, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path) -> tuple[dict[str, Any], Any]:
     """Behaviour cloning (the paper's first stage): data, SFT, optional self-bootstrapping and DAgger.
 
     The data are expert episodes (or ``bc.dataset_path``); ``bc.epochs`` SFT epochs train on them
@@ -105,7 +103,7 @@ def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, o
     the trainer sharded the old one; under rank-0 loading rank 0's gathered copy, and on the other
     ranks its frame on the meta device).
     """
-    stage = _BCStage(c, model, engine_model, tokenizer, loop, out_dir)
+    stage = _BCStage(run, model, engine_model, tokenizer, loop, out_dir)
     stage.validate_untrained()
     items = stage.initial_data()
     if stage.bc.epochs > 0:
@@ -119,9 +117,8 @@ def run_bc(c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, o
 class _BCStage:
     """The state one :func:`run_bc` carries through its rounds: the model being trained (a fresh
     copy after a sharded round), the data last written, the results so far."""
-    def __init__(self, c: dict[str, Any], model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
-        run = run_settings(c)
-        self.c, self.bc, self.rollout, self.seed = c, run.bc, run.rollout, c["seed"]
+    def __init__(self, run: RunSettings, model, engine_model, tokenizer, loop: AgentLoop, out_dir: Path):
+        self.run, self.bc, self.rollout, self.seed = run, run.bc, run.rollout, run.seed
         self.model, self.engine_model, self.tokenizer = model, engine_model, tokenizer
         self.loop, self.engine, self.out_dir = loop, loop.engine, out_dir
         self.results: dict[str, Any] = {}
@@ -152,10 +149,7 @@ class _BCStage:
         t0 = time.perf_counter()
         from_rank0 = weights_from_rank0(self.model)  # rank 0 alone holds the weights (trainer.sharding.load)
         skeleton = meta_copy(self.model) if from_rank0 else None
-        gathered, n_samples, held_out = _fit_bc_round(
-            self.c, self.model, self.tokenizer.pad_token_id, episodes_of(items), self.loop.sample_mode, epochs,
-            self.engine, skeleton,
-        )
+        gathered, n_samples, held_out = _fit_bc_round(self.run, self.model, self.loop, episodes_of(items), epochs, skeleton)
         self.results.update(held_out)  # the last round's held-out loss and greedy agreement
         if from_rank0:  # rank 0 gathered the policy into a fresh frame; the other ranks keep the meta frame
             self.model = self.engine_model = mark_weights_from_rank0(gathered if gathered is not None else skeleton)
@@ -242,16 +236,16 @@ class _BCStage:
             self.save_policy()
 
 
-def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, engine, out_dir: Path) -> dict[str, Any]:
+def finish_bc_only(run: RunSettings, results: dict[str, Any], loop: AgentLoop, out_dir: Path) -> dict[str, Any]:
     """``rl.enabled=false``: validate the cloned policy (its episodes, turn by turn, to
     ``<run>/val_episodes.jsonl`` as an eval run writes them), write ``bc_results.json``, summarise."""
     episodes_path = out_dir / "val_episodes.jsonl" if rank_zero_only.rank == 0 else None
-    val = run_validation(loop, c["rollout"], episodes_path, seed=c["seed"])
+    val = run_validation(loop, run.rollout, episodes_path, seed=run.seed)
     results["val_after_bc"] = val
     loop.close()
-    if callable(getattr(engine, "close", None)):
-        engine.close()
-    metric = c.get("optimized_metric")
+    if callable(getattr(loop.engine, "close", None)):
+        loop.engine.close()
+    metric = run.optimized_metric
     results["optimized_metric"] = val.get(metric) if metric else None
     if rank_zero_only.rank == 0:
         (out_dir / "bc_results.json").write_text(json.dumps(results, indent=2, default=float) + "\n")
@@ -260,7 +254,7 @@ def finish_bc_only(c: dict[str, Any], results: dict[str, Any], loop: AgentLoop, 
             rows.append(("val success, untrained", f"{results['bc/val_success_untrained']:.3f}"))
         rows.append(("val success after BC", f"{val.get('val/success_rate', float('nan')):.3f}"))
         rows.append(("val valid-action ratio", f"{val.get('val/valid_action_ratio', float('nan')):.3f}"))
-        rows.append(("validation sampling", sampling_params(c["rollout"], validation=True).describe()))
+        rows.append(("validation sampling", sampling_params(run.rollout, validation=True).describe()))
         rows.append(("episodes in the dataset", f"{int(results.get('bc/episodes', 0))}"))
         rows.append(("dataset", results.get("bc_dataset", "-")))
         rows.append(("policy (model.init_from)", results.get("bc_policy_hf", "-")))

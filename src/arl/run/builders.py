@@ -19,8 +19,7 @@ from hydra.utils import instantiate
 
 from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop
-from arl.algos import filters, schema
-from arl.algos.schema import algo_config
+from arl.algos import filters
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import RolloutDataModule
 from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
@@ -34,8 +33,7 @@ from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.rollout.vllm_engine import VLLMEngine  # the module, not vllm: that extra loads when an engine is made
 from arl.run.loggers import build_loggers, log_hyperparameters
-from arl.run.settings import RolloutSettings, env_settings, rollout_settings, run_settings
-from arl.utils.config import container
+from arl.run.settings import EnvSettings, RolloutSettings, RunSettings, rollout_settings
 
 
 def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None,
@@ -98,9 +96,8 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
     return LazyEngine(build)
 
 
-def build_agent_loop(c: Mapping[str, Any], engine, tokenizer) -> AgentLoop:
-    """The agent loop of the ``env`` and ``rollout`` groups of ``c`` around ``engine``."""
-    env, r = env_settings(c["env"]), rollout_settings(c["rollout"])
+def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer) -> AgentLoop:
+    """The agent loop of the ``env`` and ``rollout`` sections around ``engine``."""
     return AgentLoop(
         engine,
         tokenizer,
@@ -143,9 +140,9 @@ def build_strategy(trainer_cfg: dict[str, Any], model=None):
     return instantiate(strategy)
 
 
-def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None, purge_step: int | None = None,
+def build_trainer(run: RunSettings, stage: str, callbacks: list, model=None, purge_step: int | None = None,
                   extra_callbacks: list | None = None, **overrides) -> L.Trainer:
-    """A Trainer of ``c["trainer"]`` (the config as plain containers, or a ``DictConfig``) for ``stage``.
+    """A Trainer of ``run.trainer`` for ``stage``, with the loggers of ``run.logger``.
 
     The RL stage's callbacks are the ``callbacks`` config group, instantiated from their
     ``_target_`` (thread share, progress lines, checkpoints, collapse detector); the BC stage gets
@@ -154,12 +151,11 @@ def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None,
     it loads whatever the others left, e.g. after a rollback); Lightning moves checkpoint callbacks
     to the end.
     """
-    c = container(c)
-    configured = (c.get("callbacks") or {}).values() if stage == "rl" else ()
+    configured = run.callbacks.values() if stage == "rl" else ()
     extra = [instantiate(cb) for cb in configured if cb is not None and "_target_" in cb]
     head = ([] if stage == "rl" else [ThreadRebalance()]) + [cb for cb in callbacks if not isinstance(cb, WeightSync)]
     tail = [cb for cb in callbacks if isinstance(cb, WeightSync)]
-    tcfg = copy.deepcopy(c["trainer"])
+    tcfg = copy.deepcopy(run.trainer)
     strategy = build_strategy(tcfg, model)
     tcfg.pop("sharding", None)
     tcfg.pop("strategy", None)
@@ -167,24 +163,14 @@ def build_trainer(c: Mapping[str, Any], stage: str, callbacks: list, model=None,
     if strategy is not None:
         kwargs["strategy"] = strategy
     trainer = instantiate(
-        tcfg, logger=build_loggers(c, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail, **kwargs
+        tcfg, logger=build_loggers(run, stage, purge_step), callbacks=head + list(extra_callbacks or []) + extra + tail,
+        **kwargs,
     )
-    log_hyperparameters(trainer.loggers, c)
+    log_hyperparameters(trainer.loggers, run.config)
     return trainer
 
 
-def loss_horizon(c: Mapping[str, Any]) -> int:
-    """H of ``seq-mean-token-sum-norm``: ``algo.loss.horizon``, else the generation budget of one
-    sample (``rollout.max_new_tokens``; times ``env.max_turns`` for a whole-episode sample)."""
-    algo, r = algo_config(c["algo"]), rollout_settings(c["rollout"])
-    if algo.loss.horizon is not None:
-        return algo.loss.horizon
-    if r.sample_mode == "trajectory":
-        return r.max_new_tokens * (env_settings(c["env"]).max_turns or 1)
-    return r.max_new_tokens
-
-
-def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
+def reuse_rollout_log_probs(run: RunSettings) -> bool:
     """Whether ``old_log_probs`` may be the rollout's own (``rl.old_log_probs``).
 
     ``auto`` reuses them where they are what a trainer pass would compute: the transformers
@@ -193,17 +179,16 @@ def reuse_rollout_log_probs(c: Mapping[str, Any]) -> bool:
     ``trainer.sharding.mixed_precision`` computing in half precision), and no rollout
     correction (which measures exactly that gap).
     """
-    run = run_settings(c)
     if run.rl.old_log_probs != "auto":
         return run.rl.old_log_probs == "rollout"
-    precision = str(c["trainer"].get("precision", "32-true"))
-    sharded_half = is_sharded(c["trainer"]) and bool((c["trainer"].get("sharding") or {}).get("mixed_precision"))
+    precision = str(run.trainer.get("precision", "32-true"))
+    sharded_half = is_sharded(run.trainer) and bool((run.trainer.get("sharding") or {}).get("mixed_precision"))
     return (
         run.rollout.engine == "hf"
         and run.model.dtype == "float32"
         and precision in ("32", "32-true")
         and not sharded_half
-        and not algo_config(c["algo"]).rollout_correction.enabled
+        and not run.algo.rollout_correction.enabled
     )
 
 
@@ -225,14 +210,11 @@ def reference_copy(model, dtype: str | None = None):
     return copy.deepcopy(model, memo)
 
 
-def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
-    """The RL LightningModule of the plain config ``c``; the frozen reference copy exists only when
+def build_rl_module(run: RunSettings, model, tokenizer) -> AgenticRLModule:
+    """The RL LightningModule of ``run``; the frozen reference copy exists only when
     ``algo.kl.coef > 0`` and the policy has no LoRA adapters (a LoRA policy's reference is itself
     with the adapters off, which needs no copy), in ``rl.reference_dtype`` when set."""
-    c = container(c)
-    run = run_settings(c)
-    algo = schema.replace(algo_config(c["algo"]), **{"loss.horizon": loss_horizon(c)})
-    rl = run.rl
+    algo, rl = run.algo, run.rl
     reference = None
     if algo.kl.coef > 0 and not is_peft_model(model):
         reference = reference_copy(model, rl.reference_dtype)
@@ -244,18 +226,17 @@ def build_rl_module(c: Mapping[str, Any], model, tokenizer) -> AgenticRLModule:
         grad_clip=rl.grad_clip,
         warmup_steps=rl.warmup_steps,
         temperature=run.rollout.temperature or 1.0,
-        reuse_rollout_log_probs=reuse_rollout_log_probs(c),
+        reuse_rollout_log_probs=reuse_rollout_log_probs(run),
         logit_chunk_tokens=run.model.logit_chunk_tokens,
         balance_tokens=rl.balance_tokens,
-        sharding=c["trainer"].get("sharding"),
+        sharding=run.trainer.get("sharding"),
     )
     return AgenticRLModule(model, reference, tokenizer, algo, instantiate(rl.optimizer), update)
 
 
-def build_rollout_datamodule(c: Mapping[str, Any], loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
+def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
     """The online DataModule of the RL stage: rollout budgets, the filter (its settings bound) and
     its re-rollout schedule, validation."""
-    run = run_settings(c)
     r, dynamic = run.rollout, module.algo.filter
     return RolloutDataModule(
         loop,
@@ -266,7 +247,7 @@ def build_rollout_datamodule(c: Mapping[str, Any], loop: AgentLoop, module: Agen
         val_sampling=sampling_params(r, validation=True),
         val_episodes=r.val_episodes,
         val_batch_size=r.val_batch_size,
-        seed=c["seed"],
+        seed=run.seed,
         group_filter=filters.group_filter(dynamic),
         max_rollout_rounds=dynamic.max_rollout_rounds,
         filter_cold_start=dynamic.cold_start,

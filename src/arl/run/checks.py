@@ -22,12 +22,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from arl.agent.experts import expert_path
-from arl.algos import validate_algo_config
 from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
+from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
 from arl.envs.registry import env_names
-from arl.models.config import ModelSettings, model_settings, validate_model_config
+from arl.models.config import ModelSettings, validate_model_config
 from arl.rollout.vllm_config import vllm_settings
 from arl.run.loggers import tracker_problem
 from arl.run.settings import RolloutSettings, RunSettings, run_settings
@@ -53,34 +53,24 @@ def _validate_precision(model: ModelSettings) -> None:
 
 
 def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
-    """Raise :class:`ConfigError` for an invalid training config: the typed groups (every bad key of
-    ``env``, ``rollout``, ``rl``, ``bc`` and ``model`` at once, :func:`arl.run.settings.run_settings`),
-    seed, threads and algo, then the rules between keys. Returns the typed groups."""
+    """The training config checked and typed, once: :class:`ConfigError` for an invalid one (the
+    threads, then every bad key of the typed groups at once, :func:`arl.run.settings.run_settings`,
+    then the rules between keys). Returns the :class:`RunSettings` the run is handed."""
     c = container(cfg)
-    _validate_seed_threads_and_algo(c)
-    run = run_settings(c)
-    _validate_env_and_model(run)
-    _validate_rollout(run.rollout)
-    _validate_rl(c, run)
-    if not run.bc.enabled and not run.rl.enabled:
-        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
-    _validate_precision(run.model)
-    if run.bc.enabled and run.bc.dagger.enabled:
-        _validate_dagger(c, run)
-    return run
-
-
-def _validate_seed_threads_and_algo(c: dict[str, Any]) -> None:
-    if not isinstance(c.get("seed"), int) or isinstance(c.get("seed"), bool):
-        raise ConfigError(f"seed={c.get('seed')!r} must be an integer")
     try:
         parse_setting(c.get("threads", "auto"))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    try:
-        validate_algo_config(c["algo"])
-    except (KeyError, ValueError) as err:
-        raise ConfigError(str(err).strip("'\"")) from None
+    run = run_settings(c)
+    _validate_env_and_model(run)
+    _validate_rollout(run.rollout)
+    _validate_rl(run)
+    if not run.bc.enabled and not run.rl.enabled:
+        raise ConfigError("bc.enabled=false and rl.enabled=false: the run has nothing to do")
+    _validate_precision(run.model)
+    if run.bc.enabled and run.bc.dagger.enabled:
+        _validate_dagger(run)
+    return run
 
 
 def _validate_env_and_model(run: RunSettings) -> None:
@@ -101,27 +91,27 @@ def _validate_rollout(r: RolloutSettings) -> None:
         )
 
 
-def _validate_rl(c: dict[str, Any], run: RunSettings) -> None:
+def _validate_rl(run: RunSettings) -> None:
     """The rules between ``rl`` and other groups, the trainer's scale and the memory plan's settings."""
-    if run.rl.old_log_probs == "rollout" and c["algo"]["rollout_correction"]["enabled"]:
+    if run.rl.old_log_probs == "rollout" and run.algo.rollout_correction.enabled:
         raise ConfigError(
             "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "
             "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
         )
-    _validate_scale(c)
-    _validate_plan(c)
-    trainer = c.get("trainer") or {}
+    _validate_scale(run)
+    _validate_plan(run.config)
+    trainer = run.trainer
     if run.rl.start_validation_cache and (trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1):
         raise ConfigError(
             f"rl.start_validation_cache is for one-process runs (trainer.devices=1, trainer.num_nodes=1); this trainer "
             f"has devices={trainer.get('devices')!r}, num_nodes={trainer.get('num_nodes')!r}: set "
             "rl.start_validation_cache=null (each run validates its own start)"
         )
-    if c["algo"]["filter"]["name"] != "none" and run.rollout.group_size < 2:
+    if run.algo.filter.name != "none" and run.rollout.group_size < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
 
 
-def _validate_dagger(c: dict[str, Any], run: RunSettings) -> None:
+def _validate_dagger(run: RunSettings) -> None:
     if run.rollout.sample_mode != "turn":
         raise ConfigError(
             "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
@@ -144,9 +134,9 @@ def _validate_plan(c: dict[str, Any]) -> None:
         raise ConfigError(f"plan.check={plan['check']!r} must be true or false")
 
 
-def _validate_scale(c: dict[str, Any]) -> None:
+def _validate_scale(run: RunSettings) -> None:
     """Trainer strategy and collapse-detector settings (docs/training.md)."""
-    trainer = c.get("trainer") or {}
+    trainer = run.trainer
     if is_sharded(trainer):
         layer_cls = (trainer.get("sharding") or {}).get("layer_cls")
         if not isinstance(layer_cls, list) or not layer_cls or not all(isinstance(n, str) and n for n in layer_cls):
@@ -154,8 +144,8 @@ def _validate_scale(c: dict[str, Any]) -> None:
                 f"trainer.sharding.layer_cls={layer_cls!r} must be a non-empty list of transformer block class names "
                 "(e.g. [Qwen3DecoderLayer])"
             )
-        _validate_sharding_load(c)
-    collapse = (c.get("callbacks") or {}).get("collapse") or {}
+        _validate_sharding_load(run)
+    collapse = run.callbacks.get("collapse") or {}
     if collapse:
         # heavy: arl.callbacks imports lightning (~3 s); these checks run at start-up
         from arl.callbacks.collapse import ACTIONS
@@ -167,11 +157,11 @@ def _validate_scale(c: dict[str, Any]) -> None:
                 raise ConfigError(f"callbacks.collapse.{key}={value!r} must be > 0 (or null to disable)")
 
 
-def _validate_sharding_load(c: dict[str, Any]) -> None:
+def _validate_sharding_load(run: RunSettings) -> None:
     """``trainer.sharding.load``: auto | rank0 | every_rank; rank0 only where it can hold."""
-    choice = ((c.get("trainer") or {}).get("sharding") or {}).get("load", "auto")
+    choice = (run.trainer.get("sharding") or {}).get("load", "auto")
     _choice("trainer.sharding.load", choice, SHARDING_LOADS)
-    if choice == "rank0" and not loads_on_rank0(c):
+    if choice == "rank0" and not loads_on_rank0(run.trainer, run.rollout.engine):
         raise ConfigError(
             "trainer.sharding.load=rank0 needs FSDP2 (trainer=fsdp2, or fsdp2_cpu) on several processes with the vLLM "
             "engine (rollout=vllm): the transformers engine generates from an unsharded copy on every rank, and one "
@@ -188,7 +178,7 @@ def _version_tuple(version: str) -> tuple[int, int]:
     return (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, 0)
 
 
-def _check_vllm(c: dict[str, Any]) -> None:
+def _check_vllm(vllm_block: Mapping[str, Any]) -> None:
     """Import vllm now (a broken install, such as a torch it was not built for or a CUDA-only
     library on a CPU machine, shows here, not after behaviour cloning) and check its version."""
     try:
@@ -204,7 +194,7 @@ def _check_vllm(c: dict[str, Any]) -> None:
             f"rollout=vllm needs vllm >= {'.'.join(map(str, VLLM_MIN))} (logprobs_mode, in-place reload_weights); "
             f"this machine has {version}"
         )
-    vcfg = vllm_settings(c["rollout"]["vllm"])
+    vcfg = vllm_settings(vllm_block)
     alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get("PYTORCH_ALLOC_CONF", "")
     if _version_tuple(version) < VLLM_TESTED:
         if vcfg.enable_sleep_mode and "expandable_segments:True" in alloc:
@@ -219,7 +209,7 @@ def _check_vllm(c: dict[str, Any]) -> None:
         )
 
 
-def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
+def _check_launch(run: RunSettings) -> None:
     """Where this process runs (:func:`arl.distributed.placement.resolve_placement`: an srun or torchrun
     launch that does not say it is refused here), and one combination Lightning's own spawner
     cannot run: a vLLM engine needed before the first Trainer (``bc.val_untrained``) on several
@@ -232,9 +222,9 @@ def _check_launch(c: dict[str, Any], model: ModelSettings) -> None:
     problem = run_folder_problem(_run_dir(), placement)
     if problem:
         raise ConfigError(f"hydra.run.dir: {problem}")
-    processes = trainer_processes(c.get("trainer") or {})
-    early_engine = c["bc"]["enabled"] and c["bc"]["val_untrained"] and not model.init_from
-    if c["rollout"]["engine"] == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
+    processes = trainer_processes(run.trainer)
+    early_engine = run.bc.enabled and run.bc.val_untrained and not run.model.init_from
+    if run.rollout.engine == "vllm" and early_engine and processes > 1 and placement.launcher == "single":
         raise ConfigError(
             f"bc.val_untrained=true with rollout=vllm on {processes} processes launched by `python src/train.py`: the "
             "untrained validation needs the engine before Lightning has started the other ranks. Launch every rank "
@@ -265,7 +255,7 @@ def _looks_like_a_folder(value: str) -> bool:
     return value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or not _HUB_ID.match(value)
 
 
-def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
+def check_machine(run: RunSettings) -> None:
     """What the composed config needs from this machine, checked at start-up before anything is
     built (``src/train.py`` calls it after :func:`validate_config`, also in a dry run).
 
@@ -275,26 +265,24 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
     (``env.kwargs.*_path`` / ``*_dir``, ALFWorld's ``games``) must exist. Raises :class:`ConfigError` saying what is
     missing and, for a GPU, the CPU alternative.
     """
-    c = container(cfg)
-    trainer = c.get("trainer") or {}
-    accelerator = str(trainer.get("accelerator", "cpu"))
+    accelerator = str(run.trainer.get("accelerator", "cpu"))
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError(
             f"trainer.accelerator={accelerator} needs a GPU, and this machine has none (no CUDA device): {CPU_ALTERNATIVE}"
         )
-    if c["rollout"]["engine"] == "vllm":
+    if run.rollout.engine == "vllm":
         if importlib.util.find_spec("vllm") is None:
             raise ConfigError(
                 "rollout=vllm needs the vllm package, which is not installed (GPU nodes: pip install 'arl[vllm]'; the "
                 "CPU build runs in its own venv: make test-vllm); rollout=hf generates with transformers instead, or "
                 + CPU_ALTERNATIVE
             )
-        _check_vllm(c)
-    problem = tracker_problem(c)
+        _check_vllm(run.rollout.vllm)
+    problem = tracker_problem(run.logger)
     if problem:
         raise ConfigError(problem)
-    model = model_settings(c["model"])
-    _check_launch(c, model)
+    model = run.model
+    _check_launch(run)
     for key, value in (("init_from", model.init_from), ("path", model.path)):
         if not value:
             continue
@@ -302,14 +290,10 @@ def check_machine(cfg: DictConfig | Mapping[str, Any]) -> None:
             what = ("an HF folder to start from" if key == "init_from"
                     else "a local folder (a hub id is written org/name)")
             raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
-    env_kwargs = (c.get("env") or {}).get("kwargs") or {}
-    for key, value in env_kwargs.items():
+    for key, value in run.env.kwargs.items():
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
             raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
         if key in ("games", "val_games") and value:  # ALFWorld's own games: files, folders or globs
-            # heavy: an env package loads only when the config uses it (as in arl.envs.registry)
-            from arl.envs.alfworld.data import spec_matches
-
             for item in [value] if isinstance(value, str) else list(value):
                 if not spec_matches(item):
                     raise ConfigError(f"env.kwargs.{key}: {item!r} does not exist (no file, folder or glob match)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,16 +18,17 @@ from arl.agent.metrics import episode_metrics
 from arl.agent.records import episode_record
 from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
-from arl.models.config import model_settings
+from arl.models.config import ModelSettings
 from arl.models.loading import load_policy
 from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params
-from arl.run.settings import RolloutSettings, rollout_settings
+from arl.run.settings import RolloutSettings, eval_settings, rollout_settings
 from arl.utils.logging import console, results_table
 
 
-def load_checkpoint_policy(ckpt_path: Path, model_cfg: dict[str, Any]):
-    """(model, tokenizer) with the policy weights of a Lightning checkpoint of the RL stage."""
-    model, tokenizer, _ = load_model({**model_cfg, "init_from": None})
+def load_checkpoint_policy(ckpt_path: Path, model: ModelSettings):
+    """(model, tokenizer) of the ``model`` section with the policy weights of a Lightning checkpoint
+    of the RL stage."""
+    model, tokenizer, _ = load_model(dataclasses.replace(model, init_from=None))
     state = torch.load(ckpt_path, map_location="cpu", weights_only=False)["state_dict"]
     policy = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}
     missing, unexpected = model.load_state_dict(policy, strict=False)
@@ -114,16 +116,17 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     if cfg.use_run_config and run_cfg_file is not None:
         run_cfg = OmegaConf.to_container(OmegaConf.load(run_cfg_file), resolve=False)
         c = with_run_config(c, run_cfg, _cli_overrides())
-    L.seed_everything(c["seed"])
+    ev = eval_settings(c)  # the config checked and typed, once
+    L.seed_everything(ev.seed)
     if ckpt.is_dir():
-        model, tokenizer = load_policy(ckpt, model_settings(c["model"]).dtype)
+        model, tokenizer = load_policy(ckpt, ev.model.dtype)
     else:
-        model, tokenizer = load_checkpoint_policy(ckpt, c["model"])
+        model, tokenizer = load_checkpoint_policy(ckpt, ev.model)
     model.eval()
-    rollout = rollout_settings(c["rollout"])
-    loop = build_agent_loop(c, build_engine(rollout, model, tokenizer), tokenizer)
-    episodes_path = Path(c["paths"]["output_dir"]) / "val_episodes.jsonl" if c.get("save_episodes") else None
-    metrics = run_validation(loop, rollout, episodes_path, seed=c["seed"])
+    rollout = ev.rollout
+    loop = build_agent_loop(ev.env, rollout, build_engine(rollout, model, tokenizer), tokenizer)
+    episodes_path = Path(ev.paths.output_dir) / "val_episodes.jsonl" if ev.save_episodes else None
+    metrics = run_validation(loop, rollout, episodes_path, seed=ev.seed)
     loop.close()
     rows = [(k, f"{v:.3f}") for k, v in metrics.items() if k.startswith("val/")]
     rows.insert(0, ("policy", str(ckpt)))
@@ -131,5 +134,5 @@ def evaluate_from_config(cfg: DictConfig) -> dict[str, float]:
     rows.insert(2, ("sampling", sampling_params(rollout, validation=True).describe()))
     if episodes_path is not None:
         rows.insert(3, ("episodes, turn by turn", str(episodes_path)))
-    console.print(results_table(f"validation on {c['env']['name']}", rows))
+    console.print(results_table(f"validation on {ev.env.name}", rows))
     return metrics

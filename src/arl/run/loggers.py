@@ -34,6 +34,7 @@ from typing import Any
 
 from hydra.utils import instantiate
 
+from arl.run.settings import RunSettings
 from arl.utils.config import ConfigError
 
 # logger class -> (module it needs, the extra that installs it)
@@ -50,15 +51,15 @@ def _class_name(lg_cfg: Mapping[str, Any]) -> str:
     return str(lg_cfg["_target_"]).rsplit(".", 1)[-1]
 
 
-def configured_loggers(c: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The ``logger`` group's entries that build a logger (``_target_`` set, not null), by name."""
-    return {name: dict(lg) for name, lg in (c.get("logger") or {}).items() if lg is not None and "_target_" in lg}
+def configured_loggers(logger: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The entries of the ``logger`` group that build a logger (``_target_`` set, not null), by name."""
+    return {name: dict(lg) for name, lg in (logger or {}).items() if lg is not None and "_target_" in lg}
 
 
-def tracker_problem(c: Mapping[str, Any]) -> str | None:
-    """Why the configured loggers cannot be built on this machine (a tracker's package is not
-    installed), or None. ``check_machine`` raises it at start-up."""
-    for name, lg in configured_loggers(c).items():
+def tracker_problem(logger: Mapping[str, Any]) -> str | None:
+    """Why the loggers of the ``logger`` group cannot be built on this machine (a tracker's package
+    is not installed), or None. ``check_machine`` raises it at start-up."""
+    for name, lg in configured_loggers(logger).items():
         need = TRACKER_PACKAGES.get(_class_name(lg))
         if need is not None and importlib.util.find_spec(need[0]) is None:
             module, extra = need
@@ -67,20 +68,20 @@ def tracker_problem(c: Mapping[str, Any]) -> str | None:
     return None
 
 
-def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = None) -> list:
-    """Instantiate the ``logger`` group for ``stage`` (``bc``, ``rl``).
+def build_loggers(run: RunSettings, stage: str, purge_step: int | None = None) -> list:
+    """Instantiate the ``logger`` group of ``run`` for ``stage`` (``bc``, ``rl``).
 
     TensorBoard and CSV get the stage as their version folder; W&B and MLflow a run per stage named
     ``<task_name>-<stage>`` (W&B offline unless its ``offline`` is set or ``WANDB_API_KEY`` is).
     ``purge_step`` (resumed runs): TensorBoard drops the steps >= it that an earlier event file of
     the same version holds, so a curve has no duplicated iteration after a resume.
     """
-    problem = tracker_problem(c)
+    problem = tracker_problem(run.logger)
     if problem:
         raise ConfigError(problem)
-    run_name = f"{c.get('task_name') or 'arl'}-{stage}"
+    run_name = f"{run.task_name}-{stage}"
     loggers = []
-    for lg_cfg in configured_loggers(c).values():
+    for lg_cfg in configured_loggers(run.logger).values():
         kwargs: dict[str, Any] = {}
         cls = _class_name(lg_cfg)
         if cls in STAGE_AS_VERSION:
@@ -96,7 +97,7 @@ def build_loggers(c: Mapping[str, Any], stage: str, purge_step: int | None = Non
             if lg_cfg.get("offline") is None:
                 kwargs["offline"] = not os.environ.get("WANDB_API_KEY")
             os.makedirs(lg_cfg.get("save_dir") or ".", exist_ok=True)
-            _join_or_finish_wandb_run((str((c.get("paths") or {}).get("output_dir")), stage))
+            _join_or_finish_wandb_run((run.paths.output_dir, stage))
         if cls == "MLFlowLogger":
             kwargs["run_name"] = lg_cfg.get("run_name") or run_name
             if str(lg_cfg.get("tracking_uri") or "").startswith("file:"):
@@ -167,8 +168,9 @@ def flat_hyperparameters(c: Mapping[str, Any], prefix: str = "") -> dict[str, An
 
 
 def log_hyperparameters(loggers: list, c: Mapping[str, Any]) -> None:
-    """The resolved config, flattened, once to each logger (rank 0 only: Lightning's loggers are
-    rank-zero). ``hydra`` and ``paths`` are left out: they say where, not what, was run."""
+    """The composed config ``c`` (``RunSettings.config``), flattened, once to each logger (rank 0
+    only: Lightning's loggers are rank-zero). ``hydra`` and ``paths`` are left out: they say where,
+    not what, was run."""
     params = flat_hyperparameters({k: v for k, v in c.items() if k not in ("hydra", "paths")})
     for logger in loggers:
         logger.log_hyperparams(params)

@@ -23,7 +23,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig
 
 from arl.callbacks import ValidationEpisodes, WeightSync
 from arl.callbacks.weight_sync import sync_engine
@@ -55,7 +55,7 @@ from arl.run.builders import (
 from arl.run.checks import validate_config
 from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
-from arl.utils.config import container
+from arl.run.settings import RunSettings
 from arl.utils.episode_files import episodes_file
 from arl.utils.logging import console, results_table
 
@@ -77,50 +77,51 @@ class Parts:
     frame: Any = None
 
 
-def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
+def train(run: RunSettings | DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     """Run the whole job; returns the final metrics (``optimized_metric`` among them).
 
     Args:
-        cfg: the composed config (``train.yaml``).
+        run: the run's settings (``src/train.py`` makes them once, :func:`arl.run.checks.validate_config`),
+            or, in programmatic use, the composed config (``train.yaml``), checked and typed here.
         callbacks: extra Lightning callbacks for the RL stage (programmatic use, tests); they run
             before the config's callbacks.
     """
-    run = validate_config(cfg)
-    c = container(cfg)
-    done = finished_results(c)
+    if not isinstance(run, RunSettings):
+        run = validate_config(run)
+    done = finished_results(run.ckpt_path, run.paths.output_dir, run.rl.iterations)
     if done is not None:
         console.print(
-            f"{c['paths']['output_dir']}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
+            f"{run.paths.output_dir}: finished earlier ({done['iterations_done']} iterations, {RESULTS_FILE}); "
             "nothing to run"
         )
         return done
-    ckpt = resolve_ckpt_path(c)
+    ckpt = resolve_ckpt_path(run.ckpt_path, run.paths.log_dir, run.task_name, run.paths.output_dir)
     resume_it = checkpoint_iteration(ckpt) if ckpt is not None else None
-    c, out_dir = _run_folder(cfg, c, ckpt, resume_it)
-    L.seed_everything(c["seed"], workers=True)
+    run, out_dir = _run_folder(run, ckpt, resume_it)
+    L.seed_everything(run.seed, workers=True)
     _quiet_lightning_logging()
-    parts = _load_parts(c)
+    parts = _load_parts(run)
     results: dict[str, Any] = {"run_dir": str(out_dir)}
     if ckpt is not None:
         results["resumed_from"] = str(ckpt)
         console.print(f"resuming from {ckpt} (iteration {resume_it}); writing into {out_dir}")
 
     if run.bc.enabled and not run.model.init_from and ckpt is None:
-        bc_results, parts = _bc_stage(c, parts, out_dir, fold_for_rl=run.rl.enabled, lora=run.model.lora)
+        bc_results, parts = _bc_stage(run, parts, out_dir)
         results.update(bc_results)
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
-        return finish_bc_only(c, results, parts.loop, parts.engine, out_dir)
+        return finish_bc_only(run, results, parts.loop, out_dir)
 
     if weights_from_rank0(parts.model):  # the export's frame, taken before the RL trainer shards the policy
         parts.frame = meta_copy(parts.model)
-    rl_results, module, trainer = _rl_stage(c, parts, ckpt, resume_it, callbacks)
+    rl_results, module, trainer = _rl_stage(run, parts, ckpt, resume_it, callbacks)
     results.update(rl_results)
     results["policy_hf"] = _export_policy(parts, module, trainer, out_dir)
     end_stage()
     parts.loop.close()
     if callable(getattr(parts.engine, "close", None)):
         parts.engine.close()
-    metric = c.get("optimized_metric")
+    metric = run.optimized_metric
     results["optimized_metric"] = results["val_after_rl"].get(metric) if metric else None
     if trainer.is_global_zero:
         _print_summary(results, out_dir)
@@ -128,15 +129,13 @@ def train(cfg: DictConfig, callbacks: list | None = None) -> dict[str, Any]:
     return results
 
 
-def _run_folder(
-    cfg: DictConfig, c: dict[str, Any], ckpt: Path | None, resume_it: int | None
-) -> tuple[dict[str, Any], Path]:
-    """The run folder, and the config as plain containers: a resume in place (``rl.resume_in_place``)
-    writes into the folder that wrote the checkpoint (``cfg.paths.output_dir`` is set to it and the
-    folder Hydra made gets a ``RESUMED_INTO.txt``, and ``c`` is converted again); a finished run's old
-    record is removed (it trains on, so the record no longer holds)."""
-    out_dir = Path(c["paths"]["output_dir"])
-    if ckpt is not None and c["rl"]["resume_in_place"] and ckpt.parent.name == "checkpoints":
+def _run_folder(run: RunSettings, ckpt: Path | None, resume_it: int | None) -> tuple[RunSettings, Path]:
+    """The run's settings and folder: a resume in place (``rl.resume_in_place``) writes into the
+    folder that wrote the checkpoint (the settings relocated there, :meth:`RunSettings.relocated`, and
+    the folder Hydra made gets a ``RESUMED_INTO.txt``); a finished run's old record is removed (it
+    trains on, so the record no longer holds)."""
+    out_dir = Path(run.paths.output_dir)
+    if ckpt is not None and run.rl.resume_in_place and ckpt.parent.name == "checkpoints":
         run_dir = ckpt.parent.parent
         if run_dir.resolve() != out_dir.resolve():
             if rank_zero_only.rank == 0:
@@ -144,65 +143,63 @@ def _run_folder(
                 (out_dir / "RESUMED_INTO.txt").write_text(
                     f"{run_dir}\n(resumed from {ckpt} at iteration {resume_it})\n"
                 )
-            with open_dict(cfg):
-                cfg.paths.output_dir = str(run_dir)
-            c = container(cfg)
+            run = run.relocated(str(run_dir))
             out_dir = run_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     if rank_zero_only.rank == 0:  # a finished run trained on (more iterations): its old record no longer holds
         (out_dir / RESULTS_FILE).unlink(missing_ok=True)
-    return c, out_dir
+    return run, out_dir
 
 
-def _load_parts(c: dict[str, Any]) -> Parts:
+def _load_parts(run: RunSettings) -> Parts:
     """The policy, and the rollout engine and agent loop around it; under sharding with every rank
     loading the engine keeps its own unsharded copy of the policy (synced by gathering after
     updates), otherwise ``engine_model`` is the policy itself (rank-0 loading: vLLM receives its
     weights by broadcast and keeps no copy)."""
-    from_rank0 = loads_on_rank0(c)
-    model, tokenizer, source = load_model(c["model"], c["trainer"], from_rank0=from_rank0)
+    from_rank0 = loads_on_rank0(run.trainer, run.rollout.engine)
+    model, tokenizer, source = load_model(run.model, run.trainer, from_rank0=from_rank0)
     model.train()
     where = " (rank 0 loads it; the other ranks receive their shards)" if from_rank0 else ""
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters){where}")
-    sharded = is_sharded(c["trainer"])
-    if sharded and "layer_cls" in (c["trainer"].get("sharding") or {}):
-        resolve_layer_classes(c["trainer"]["sharding"]["layer_cls"], model)  # fail now, not after BC
+    sharded = is_sharded(run.trainer)
+    if sharded and "layer_cls" in (run.trainer.get("sharding") or {}):
+        resolve_layer_classes(run.trainer["sharding"]["layer_cls"], model)  # fail now, not after BC
     # sharded, the transformers engine generates from an unsharded copy of its own; vLLM holds its
     # own weights, so under rank-0 loading nothing is copied (the engine is loaded by broadcast)
     engine_model = copy.deepcopy(model) if sharded and not from_rank0 else model
-    engine = build_engine(c["rollout"], engine_model, tokenizer)
-    return Parts(model, tokenizer, engine_model, engine, build_agent_loop(c, engine, tokenizer))
+    engine = build_engine(run.rollout, engine_model, tokenizer)
+    return Parts(model, tokenizer, engine_model, engine, build_agent_loop(run.env, run.rollout, engine, tokenizer))
 
 
-def _bc_stage(c: dict[str, Any], parts: Parts, out_dir: Path, fold_for_rl: bool, lora) -> tuple[dict[str, Any], Parts]:
+def _bc_stage(run: RunSettings, parts: Parts, out_dir: Path) -> tuple[dict[str, Any], Parts]:
     """Behaviour cloning (:func:`arl.run.bc_stage.run_bc`); returns its results and the parts RL
-    starts from. With ``fold_for_rl`` a LoRA policy's BC adapters are folded into its base, which
+    starts from. When RL follows, a LoRA policy's BC adapters are folded into its base, which
     becomes the RL reference (the policy with fresh adapters off) and keeps the BC policy."""
-    bc_results, model = run_bc(c, parts.model, parts.engine_model, parts.tokenizer, parts.loop, out_dir)
+    bc_results, model = run_bc(run, parts.model, parts.engine_model, parts.tokenizer, parts.loop, out_dir)
     engine_model = model if weights_from_rank0(model) else parts.engine_model  # no engine copy: drop BC's module
     end_stage()  # the BC stage's tracker runs close
-    if fold_for_rl and is_peft_model(model):
+    if run.rl.enabled and is_peft_model(model):
         from_rank0 = weights_from_rank0(model)
-        model = fold_adapters(model, lora)
+        model = fold_adapters(model, run.model.lora)
         if from_rank0:  # a new module: rank 0's fresh adapters reach the others when it is sharded
             mark_weights_from_rank0(model)
     return bc_results, Parts(model, parts.tokenizer, engine_model, parts.engine, parts.loop)
 
 
-def _rl_stage(c: dict[str, Any], parts: Parts, ckpt: Path | None, resume_it: int | None, callbacks: list | None):
+def _rl_stage(run: RunSettings, parts: Parts, ckpt: Path | None, resume_it: int | None, callbacks: list | None):
     """The RL stage: validate the start (a fresh run), fit (from ``ckpt`` on a resume), validate the
     end unless the last iteration did. Returns (its results, module, trainer)."""
-    module = build_rl_module(c, parts.model, parts.tokenizer)
-    dm = build_rollout_datamodule(c, parts.loop, module)
+    module = build_rl_module(run, parts.model, parts.tokenizer)
+    dm = build_rollout_datamodule(run, parts.loop, module)
     trainer = build_trainer(
-        c,
+        run,
         "rl",
         [WeightSync(parts.engine)],
         model=parts.model,
         purge_step=None if resume_it is None else resume_it + 1,
         extra_callbacks=callbacks,
         max_epochs=1,
-        val_check_interval=c["rl"]["val_every"],
+        val_check_interval=run.rl.val_every,
         check_val_every_n_epoch=None,
         num_sanity_val_steps=0,
         enable_progress_bar=False,
@@ -210,34 +207,34 @@ def _rl_stage(c: dict[str, Any], parts: Parts, ckpt: Path | None, resume_it: int
     )
     results: dict[str, Any] = {}
     if ckpt is None:
-        results["start_validation"] = _validate_start(c, parts.model, module, trainer, dm)
+        results["start_validation"] = _validate_start(run, parts.model, module, trainer, dm)
         results["val_before_rl"] = dict(module.last_val)
     trainer.fit(module, datamodule=dm, ckpt_path=str(ckpt) if ckpt is not None else None)
     if module.last_val_iteration != module.iteration or not module.last_val:
         trainer.validate(module, datamodule=dm, verbose=False)
     results["val_after_rl"] = dict(module.last_val)
-    results["val_sampling"] = sampling_params(c["rollout"], validation=True).describe()
+    results["val_sampling"] = sampling_params(run.rollout, validation=True).describe()
     results["iterations_done"] = int(module.iteration)
     return results, module, trainer
 
 
-def _validate_start(c, model, module, trainer, dm) -> str:
+def _validate_start(run: RunSettings, model, module, trainer, dm) -> str:
     """Validate the start (iteration 0): played here, or read back from the sweep's shared start
     validation (``rl.start_validation_cache``, :mod:`arl.run.start_validation`) when a run with the
     same start, seed and validation setup stored it. Returns where it came from, for the record."""
-    cache = c["rl"]["start_validation_cache"]
+    cache = run.rl.start_validation_cache
     if not cache:
         trainer.validate(module, datamodule=dm, verbose=False)
         return "played"
     rng_before = start_validation.rng_digest(start_validation.rng_states())
-    key = start_validation.start_key(c, start_validation.weights_digest(model), rng=rng_before)
+    key = start_validation.start_key(run.config, start_validation.weights_digest(model), rng=rng_before)
     episodes_cb = next((cb for cb in trainer.callbacks if isinstance(cb, ValidationEpisodes)), None)
     stored = start_validation.load(cache, key)
     if stored is None:
         trainer.validate(module, datamodule=dm, verbose=False)
         episodes = episodes_file(episodes_cb.dirpath, 0) if episodes_cb is not None else None
         entry = start_validation.save(cache, key, module.last_val, module.val_protocol, episodes,
-                                      written_by=c["paths"]["output_dir"], rng_after=start_validation.rng_states())
+                                      written_by=run.paths.output_dir, rng_after=start_validation.rng_states())
         console.print(f"start validation played and stored for the other runs of this start: {entry}")
         return f"played, stored as {entry}"
     module.adopt_validation(stored["values"], stored["protocol"], trainer.loggers)

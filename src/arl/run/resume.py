@@ -90,8 +90,9 @@ def checked_checkpoint(path: Path, value: Any) -> Path:
     raise ConfigError(f"ckpt_path={value}: {problem}; {offer}")
 
 
-def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
-    """``ckpt_path`` as a path; None if unset.
+def resolve_ckpt_path(value: str | None, log_dir: str, task_name: str, output_dir: str) -> Path | None:
+    """The ``ckpt_path`` setting ``value`` as a path; None if unset (``log_dir`` and ``output_dir``:
+    ``paths.log_dir`` and ``paths.output_dir``).
 
     Every checkpoint it returns has been checked (:func:`checkpoint_problem`): a truncated or foreign
     file stops the run at once, naming the file and the newest readable checkpoint beside it.
@@ -101,13 +102,12 @@ def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
     multirun with a fixed ``hydra.sweep.dir`` (each job's folder named by its overrides) resumable
     by running the same command again; jobs that had finished resume at their end and stop.
     """
-    value = c.get("ckpt_path")
     if not value:
         return None
     if str(value) == "last":
-        return checked_checkpoint(find_last_checkpoint(c["paths"]["log_dir"], c["task_name"]), value)
+        return checked_checkpoint(find_last_checkpoint(log_dir, task_name), value)
     if str(value) == "resume":
-        own = Path(c["paths"]["output_dir"]) / "checkpoints" / "last.ckpt"
+        own = Path(output_dir) / "checkpoints" / "last.ckpt"
         return checked_checkpoint(own, value) if own.exists() else None
     path = Path(str(value))
     if not path.exists():
@@ -118,8 +118,9 @@ def resolve_ckpt_path(c: dict[str, Any]) -> Path | None:
 RESULTS_FILE = "rl_results.json"
 
 
-def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
-    """With ``ckpt_path=resume``: the results a finished run recorded, so that it is left as it is.
+def finished_results(ckpt_path: str | None, output_dir: str, iterations: int) -> dict[str, Any] | None:
+    """With ``ckpt_path=resume``: the results the finished run in ``output_dir`` recorded, so that
+    it is left as it is (``iterations``: ``rl.iterations``).
 
     A run that reached ``rl.iterations`` writes ``<run>/rl_results.json`` as its last act. Running the
     same multirun command again must leave such a run alone, whether the folder still holds its
@@ -132,14 +133,14 @@ def finished_results(c: dict[str, Any]) -> dict[str, Any] | None:
     it (``rl.iterations`` raised since, or a checkpoint newer than the record); a ConfigError when it
     finished short of a since raised ``rl.iterations`` without its checkpoint.
     """
-    if str(c.get("ckpt_path")) != "resume":
+    if str(ckpt_path) != "resume":
         return None
-    out = Path(c["paths"]["output_dir"])
+    out = Path(output_dir)
     record = out / RESULTS_FILE
     if not record.exists():
         return None
     results = json.loads(record.read_text())
-    done, wanted = int(results.get("iterations_done", -1)), c["rl"]["iterations"]
+    done, wanted = int(results.get("iterations_done", -1)), iterations
     last = out / "checkpoints" / "last.ckpt"
     problem = checkpoint_problem(last) if last.exists() and done >= wanted else None
     if problem is not None:

@@ -1,27 +1,35 @@
-"""The run's config groups as typed sections: ``env``, ``rollout``, ``rl``, ``bc`` and ``model``.
+"""A training config as one typed object, :class:`RunSettings`, made once by the entry point.
 
-Each key's value, default included, is set once, in the yaml (``configs/env/<env>.yaml``,
-``configs/rollout/base.yaml`` and its engine files, the ``rl`` and ``bc`` blocks of
-``configs/train.yaml``, ``configs/model/<source>.yaml``), where its comment says what it means.
-The sections say what each key must be: :func:`run_settings` checks the five groups (every
-missing, unknown or invalid key, in one error) and returns them typed, so the builders read ``run.rl.ppo_epochs`` as an ``int``
-without casting or defaulting anything. A key only some variants of a group have (``hf_cache``
-of the transformers engine, the ``vllm`` block of vLLM's) is None where the variant lacks it.
+``src/train.py`` composes the config with Hydra and turns it into :class:`RunSettings` once
+(:func:`arl.run.checks.validate_config` calls :func:`run_settings`); everything below reads the typed
+object it is handed, never the composed config. Each key's value, default included, is set once, in
+the yaml (``configs/env/<env>.yaml``, ``configs/rollout/base.yaml`` and its engine files, the ``rl``
+and ``bc`` blocks of ``configs/train.yaml``, ``configs/model/<source>.yaml``, ``configs/paths/``), where
+its comment says what it means. The sections say what each key must be: :func:`run_settings` checks
+the groups (every missing, unknown or invalid key, in one error) and returns them typed, so the
+builders read ``run.rl.ppo_epochs`` as an ``int`` without casting or defaulting anything. A key only
+some variants of a group have (``hf_cache`` of the transformers engine, the ``vllm`` block of vLLM's)
+is None where the variant lacks it.
 
 The ``model`` group's section is :class:`arl.models.config.ModelSettings` (the loaders read it too);
-the ``algo`` group has its own schema, which also holds the defaults (:mod:`arl.algos.schema`); the ``trainer``,
-``logger`` and ``callbacks`` groups name their classes (``_target_``) and are instantiated.
+the ``algo`` group's is :class:`arl.algos.schema.AlgoConfig`, whose schema also holds the defaults;
+the ``trainer``, ``logger`` and ``callbacks`` groups name their classes (``_target_``) and are kept
+as the mappings they are instantiated from. ``RunSettings.config`` is the composed config as plain
+containers: what was run, for the records (hyperparameter logs, the start-validation key), not
+read for decisions.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from arl.agent.loop import SCHEDULES
 from arl.agent.samples import SAMPLE_MODES
+from arl.algos import schema as algo_schema
+from arl.algos.schema import AlgoConfig
 from arl.models.config import ModelSettings, without_missing_path
 from arl.plan.memory import ENGINES
 from arl.rollout.hf_engine import HF_CACHES
@@ -192,14 +200,57 @@ GROUPS = {"env": EnvSettings, "rollout": RolloutSettings, "rl": RLSettings, "bc"
 
 
 @dataclass(frozen=True, kw_only=True)
+class PathSettings:
+    """``paths``: where a run reads and writes (configs/paths/default.yaml)."""
+
+    root_dir: str = required(NON_EMPTY)
+    log_dir: str = required(NON_EMPTY)
+    data_dir: str = required(NON_EMPTY)
+    output_dir: str = required(NON_EMPTY)
+
+
+INSTANTIATED = ("trainer", "logger", "callbacks")  # groups kept as the mappings Hydra instantiates
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunSettings:
-    """The typed groups of a training config."""
+    """A training config, checked and typed (:func:`run_settings`).
+
+    ``algo.loss.horizon`` is resolved (:func:`loss_horizon`); ``trainer``, ``logger`` and
+    ``callbacks`` are their groups' mappings (``_target_`` blocks); ``config`` is the whole composed
+    config as plain containers, for records only."""
 
     env: EnvSettings
     rollout: RolloutSettings
     rl: RLSettings
     bc: BCSettings
     model: ModelSettings
+    algo: AlgoConfig
+    paths: PathSettings
+    trainer: dict
+    logger: dict
+    callbacks: dict
+    seed: int
+    task_name: str
+    ckpt_path: str | None
+    optimized_metric: str | None
+    config: dict = field(repr=False, compare=False)
+
+    def relocated(self, output_dir: str) -> RunSettings:
+        """The same run writing into ``output_dir`` (a resume in place): every value that named a
+        path under the old ``paths.output_dir`` (the logger's ``save_dir``, the checkpoints' folder)
+        now names it under the new one."""
+        return run_settings(_rerooted(self.config, self.paths.output_dir.rstrip("/"), output_dir.rstrip("/")))
+
+
+def _rerooted(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _rerooted(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rerooted(v, old, new) for v in value]
+    if isinstance(value, str) and (value == old or value.startswith(old + "/")):
+        return new + value[len(old):]
+    return value
 
 
 def env_settings(env: Mapping[str, Any] | EnvSettings) -> EnvSettings:
@@ -212,13 +263,81 @@ def rollout_settings(rollout: Mapping[str, Any] | RolloutSettings) -> RolloutSet
     return typed_section(RolloutSettings, rollout, "rollout")
 
 
+def loss_horizon(algo: AlgoConfig, env: EnvSettings, rollout: RolloutSettings) -> int:
+    """H of ``seq-mean-token-sum-norm``: ``algo.loss.horizon``, else the generation budget of one
+    sample (``rollout.max_new_tokens``; times ``env.max_turns`` for a whole-episode sample)."""
+    if algo.loss.horizon is not None:
+        return algo.loss.horizon
+    if rollout.sample_mode == "trajectory":
+        return rollout.max_new_tokens * (env.max_turns or 1)
+    return rollout.max_new_tokens
+
+
+def _top_level_problems(c: Mapping[str, Any]) -> list[str]:
+    errors = []
+    seed = c.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        errors.append(f"seed={seed!r} must be an integer")
+    if not isinstance(c.get("task_name"), str) or not c.get("task_name"):
+        errors.append(f"task_name={c.get('task_name')!r} must be a non-empty string")
+    for key in ("ckpt_path", "optimized_metric"):
+        if c.get(key) is not None and not isinstance(c.get(key), str):
+            errors.append(f"{key}={c.get(key)!r} must be a string or null")
+    for key in INSTANTIATED:
+        if c.get(key) is not None and not isinstance(c.get(key), Mapping):
+            errors.append(f"{key} must be a mapping (its config group), got {c.get(key)!r}")
+    return errors
+
+
 def run_settings(c: Mapping[str, Any]) -> RunSettings:
-    """The checked, typed ``env``, ``rollout``, ``rl``, ``bc`` and ``model`` groups of a training
-    config ``c`` (plain containers or a ``DictConfig``); one :class:`ConfigError` lists every
-    missing, unknown or invalid key of the five."""
+    """The checked, typed training config ``c`` (plain containers or a ``DictConfig``); one
+    :class:`ConfigError` lists every missing, unknown or invalid key of its typed groups (``env``,
+    ``rollout``, ``rl``, ``bc``, ``model``, ``algo``, ``paths``) and top-level keys."""
     c = container(c)
-    c["model"] = without_missing_path(c.get("model"))
-    errors = [e for name, cls in GROUPS.items() for e in problems(c.get(name), cls, name)]
+    typed = {**GROUPS, "algo": AlgoConfig, "paths": PathSettings}
+    node = {**c, "model": without_missing_path(c.get("model"))}
+    errors = [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
+    errors += _top_level_problems(c)
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
-    return RunSettings(**{name: build(cls, c[name]) for name, cls in GROUPS.items()})
+    groups = {name: build(cls, node[name]) for name, cls in typed.items()}
+    groups["algo"] = algo_schema.replace(
+        groups["algo"], **{"loss.horizon": loss_horizon(groups["algo"], groups["env"], groups["rollout"])}
+    )
+    return RunSettings(
+        **groups,
+        **{key: dict(c.get(key) or {}) for key in INSTANTIATED},
+        seed=c["seed"],
+        task_name=c["task_name"],
+        ckpt_path=None if c.get("ckpt_path") is None else str(c["ckpt_path"]),
+        optimized_metric=c.get("optimized_metric"),
+        config=c,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalSettings:
+    """An evaluation config (``configs/eval.yaml``), checked and typed (:func:`eval_settings`), after
+    the run that wrote the checkpoint lent it its ``model``, ``env`` and episode-shaping rollout keys."""
+
+    env: EnvSettings
+    rollout: RolloutSettings
+    model: ModelSettings
+    paths: PathSettings
+    seed: int
+    save_episodes: bool
+
+
+def eval_settings(c: Mapping[str, Any]) -> EvalSettings:
+    """The checked, typed evaluation config ``c`` (one :class:`ConfigError` lists every bad key)."""
+    c = container(c)
+    typed = {"env": EnvSettings, "rollout": RolloutSettings, "model": ModelSettings, "paths": PathSettings}
+    node = {**c, "model": without_missing_path(c.get("model"))}
+    errors = [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
+    errors += [e for e in _top_level_problems({**c, "task_name": c.get("task_name") or "eval"}) if e.startswith("seed")]
+    if not isinstance(c.get("save_episodes"), bool):
+        errors.append(f"save_episodes={c.get('save_episodes')!r} must be true or false")
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+    return EvalSettings(**{name: build(cls, node[name]) for name, cls in typed.items()}, seed=c["seed"],
+                        save_episodes=c["save_episodes"])

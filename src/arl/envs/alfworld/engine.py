@@ -74,9 +74,12 @@ def require_alfworld() -> dict[str, Any]:
             import fast_downward
             import textworld
             import textworld.envs.pddl
+            import textworld.envs.pddl.logic as pddl_logic
+            import textworld.logic as tw_logic
             from alfworld.agents.environment import alfred_tw_env
             from alfworld.agents.expert import handcoded_expert, handcoded_expert_tw
             from alfworld.gen import constants, goal_library
+            from textworld.envs.pddl import textgen
         except ImportError as exc:
             raise ImportError(
                 f"the alfworld environment needs the `alfworld` package (TextWorld + fast-downward): "
@@ -96,6 +99,9 @@ def require_alfworld() -> dict[str, Any]:
             HandCodedTWAgent=handcoded_expert_tw.HandCodedTWAgent,
             constants=constants,
             goal_library=goal_library,
+            textgen=textgen,
+            tw_logic=tw_logic,
+            pddl_logic=pddl_logic,
         )
         return _MODULES
 
@@ -330,13 +336,8 @@ def install_speedups() -> bool:
         return True
     if os.environ.get("ARL_ALFWORLD_SPEEDUPS", "1") in ("0", "false", "False", "no"):
         return False
-    require_alfworld()
-    # optional: the alfworld extra (alfworld, textworld, fast-downward)
-    import fast_downward
-    import textworld.envs.pddl.logic as pddl_logic
-    import textworld.logic as tw_logic
-    from textworld.envs.pddl import textgen
-
+    m = require_alfworld()
+    fast_downward, pddl_logic, tw_logic, textgen = m["fast_downward"], m["pddl_logic"], m["tw_logic"], m["textgen"]
     targets = (
         (textgen, "_parse_and_convert"),
         (textgen, "copy_context"),
@@ -366,11 +367,8 @@ def uninstall_speedups() -> None:
     """Restore TextWorld's and fast-downward's own functions (tests compare both ways)."""
     if not _ORIGINALS:
         return
-    # optional: the alfworld extra (alfworld, textworld, fast-downward)
-    import fast_downward
-    import textworld.logic as tw_logic
-    from textworld.envs.pddl import textgen
-
+    m = require_alfworld()
+    fast_downward, tw_logic, textgen = m["fast_downward"], m["tw_logic"], m["textgen"]
     with _IMPORT_LOCK:
         textgen._parse_and_convert = _ORIGINALS["textgen_parse"]
         textgen.copy_context = _ORIGINALS["copy_context"]

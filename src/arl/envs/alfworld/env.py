@@ -159,6 +159,10 @@ class AlfWorldEnv:
             check_admissible=True,
         )
         self._engine = None
+        self._clear_episode()
+
+    def _clear_episode(self) -> None:
+        """No game loaded yet: the episode's state empty."""
         self._state: EngineState | None = None
         self._trace: list[tuple[str, EngineState]] = []
         self._tracker: ExpertTracker | None = None

@@ -213,7 +213,10 @@ class MathToolEnv:
             render_prompt=PROMPT_RENDERERS[prompt_style],
             check_admissible=False,
         )
-        # episode state
+        self._clear_episode()
+
+    def _clear_episode(self) -> None:
+        """No problem drawn yet: the episode's state empty."""
         self.problem: Problem | None = None
         self.question = ""
         self.ground_truth = ""

@@ -127,16 +127,7 @@ class WebShopEnv:
         goals: str = "auto",
         num_products: int | None = None,
     ):
-        if max_steps < 1:
-            raise ValueError("max_steps must be >= 1")
-        if split not in SPLITS:
-            raise ValueError(f"split={split!r} is not valid; valid: {', '.join(SPLITS)}")
-        if prompt_style not in STYLES:
-            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(STYLES)}")
-        if results_per_page is None:
-            results_per_page = 10 if prompt_style == "full" else COMPACT_RESULTS_PER_PAGE
-        if int(results_per_page) < 1:
-            raise ValueError("results_per_page must be >= 1")
+        results_per_page = self._check_args(max_steps, split, prompt_style, results_per_page)
         self.max_steps = int(max_steps)
         self.split = split
         self.test_goals = int(test_goals)
@@ -159,6 +150,26 @@ class WebShopEnv:
             check_admissible=False,
             graded=True,
         )
+        self._clear_episode()
+
+    @staticmethod
+    def _check_args(max_steps: int, split: str, prompt_style: str, results_per_page: int | None) -> int:
+        """Raise ``ValueError`` for an argument out of its range; returns the results per page (the
+        prompt style's default when None)."""
+        if max_steps < 1:
+            raise ValueError("max_steps must be >= 1")
+        if split not in SPLITS:
+            raise ValueError(f"split={split!r} is not valid; valid: {', '.join(SPLITS)}")
+        if prompt_style not in STYLES:
+            raise ValueError(f"prompt_style={prompt_style!r} is not valid; valid: {', '.join(STYLES)}")
+        if results_per_page is None:
+            results_per_page = 10 if prompt_style == "full" else COMPACT_RESULTS_PER_PAGE
+        if int(results_per_page) < 1:
+            raise ValueError("results_per_page must be >= 1")
+        return int(results_per_page)
+
+    def _clear_episode(self) -> None:
+        """No task drawn yet: the episode's state empty."""
         self.goal: Goal | None = None
         self.goal_idx = -1
         self.state = PageState()

@@ -175,6 +175,18 @@ def _check_split(split: str) -> None:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
 
 
+def _publish(trial: Path, final: Path, root: Path) -> Path:
+    """Move the finished ``trial`` folder to ``final`` atomically (another caller's identical copy
+    already there wins); returns its game file relative to ``root``."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(trial, final)
+    except OSError:
+        if not (final / GAME_FILE).exists():
+            raise
+    return final.relative_to(root) / GAME_FILE
+
+
 def ensure_game(split: str, index: int, cfg: GeneratorConfig | None = None) -> Path:
     """The ``game.tw-pddl`` of generated game ``index`` of ``split``, generated on first use.
 
@@ -206,14 +218,7 @@ def ensure_game(split: str, index: int, cfg: GeneratorConfig | None = None) -> P
                 if not won:
                     continue
                 write_game(trial, spec, walkthrough=commands)
-                final = root / JSON_DIR / split / spec.task_dir / spec.task_id
-                final.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.rename(trial, final)
-                except OSError:
-                    if not (final / GAME_FILE).exists():
-                        raise
-                rel = final.relative_to(root) / GAME_FILE
+                rel = _publish(trial, root / JSON_DIR / split / spec.task_dir / spec.task_id, root)
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 part = marker.with_suffix(f".{os.getpid()}.part")
                 part.write_text(json.dumps({"game": str(rel), "attempt": attempt, "expert_steps": len(commands)}))

@@ -247,6 +247,19 @@ def sample_game(split: str, index: int, rules: Rules, goal_library: Mapping[str,
     raise RuntimeError(f"no valid household for {task_type} (split {split}, index {index})")  # pragma: no cover
 
 
+def _distractors(rng, kind: str, obj: str, receps: list, rules: Rules, ids: set) -> list[Thing]:
+    """Objects of the room's other types (not ``obj``) placed on receptacles (``ids``: the ids
+    taken, the new ones added)."""
+    things = []
+    others = [o for o in tables.OBJECTS[kind] if o != obj]
+    for otype in rng.sample(others, k=min(len(others), rng.randint(7, 12))):
+        for _ in range(rng.choice((1, 1, 1, 2, 2, 3))):
+            where = _place(rng, otype, receps, rules, frozenset())
+            if where is not None:
+                things.append(Thing(_unique_id(rng, otype, ids), otype, where.rid))
+    return things
+
+
 def _populate(rng, split, index, attempt, plan: FloorPlan, task_type, rules: Rules, goal_library) -> GameSpec | None:
     receps = list(plan.receptacles)
     present = {r.rtype for r in receps}
@@ -288,14 +301,7 @@ def _populate(rng, split, index, attempt, plan: FloorPlan, task_type, rules: Rul
             return None
         things.append(Thing(_unique_id(rng, obj, ids), obj, where.rid))
 
-    # distractors: other object types of the room
-    others = [o for o in tables.OBJECTS[plan.kind] if o != obj]
-    for otype in rng.sample(others, k=min(len(others), rng.randint(7, 12))):
-        for _ in range(rng.choice((1, 1, 1, 2, 2, 3))):
-            where = _place(rng, otype, receps, rules, frozenset())
-            if where is not None:
-                things.append(Thing(_unique_id(rng, otype, ids), otype, where.rid))
-
+    things += _distractors(rng, plan.kind, obj, receps, rules, ids)
     description = describe_task(task_type, obj, parent, toggle, goal_library, rng)
     task = Task(task_type, obj, parent, toggle, description)
     return GameSpec(split, index, attempt, plan, tuple(sorted(things, key=lambda t: t.oid)), task)
