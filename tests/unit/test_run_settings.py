@@ -112,3 +112,33 @@ def test_the_readers_neither_default_nor_cast_a_run_key(path: Path, keys: set[st
             if isinstance(arg, ast.Subscript):
                 key = _literal(arg.slice)
                 assert key not in keys, f"{path.name}:{call.lineno}: {func.id}(...[{key!r}]) casts a run key"
+
+
+def test_the_whole_training_config_is_one_typed_object(tmp_path):
+    """validate_config's RunSettings holds every section the run reads, the horizon resolved; the
+    composed config rides along for the records; a bad top-level key is named with the others."""
+    run = run_settings(compose(["rollout.max_new_tokens=24", "seed=7"], output_dir=str(tmp_path / "a")))
+    assert run.algo.loss.horizon == 24 and run.seed == 7 and run.task_name == "train"
+    assert run.paths.output_dir == str(tmp_path / "a") and run.config["seed"] == 7
+    assert run.logger["tensorboard"]["save_dir"] == str(tmp_path / "a" / "tensorboard")
+    with pytest.raises(ConfigError, match=r"rl\.iterations is missing\n  - seed='x' must be an integer"):
+        c = container(compose([]))
+        del c["rl"]["iterations"]
+        run_settings({**c, "seed": "x"})
+
+
+def test_a_resume_in_place_relocates_every_path_under_the_run_folder(tmp_path):
+    """RunSettings.relocated: the values that named a path under the old run folder (the logger's
+    save_dir, the checkpoint and episode folders, the trainer's root) name it under the new one;
+    nothing else moves."""
+    old, new = tmp_path / "a", tmp_path / "b"
+    run = run_settings(compose([], output_dir=str(old)))
+    moved = run.relocated(str(new))
+    assert moved.paths.output_dir == str(new) and moved.paths.log_dir == run.paths.log_dir
+    assert moved.logger["tensorboard"]["save_dir"] == str(new / "tensorboard")
+    assert moved.callbacks["last_checkpoint"]["dirpath"] == str(new / "checkpoints")
+    assert moved.config["paths"]["output_dir"] == str(new)
+    assert moved.trainer["default_root_dir"] == str(new)
+    assert dataclasses.replace(moved, paths=run.paths, logger=run.logger, callbacks=run.callbacks, trainer=run.trainer) == run
+    sibling = run_settings({**container(compose([], output_dir=str(old))), "task_name": str(old) + "_other"})
+    assert sibling.relocated(str(new)).task_name == str(old) + "_other"  # a prefix of a name is not a folder
