@@ -52,24 +52,24 @@ def _budgets(episodes, tok_pad: int = 0) -> list[int]:
 @pytest.fixture(scope="module")
 def single_results(episodes):
     """One update per budget (1 process) and the micro-batch counts each produced."""
-    from arl.modules import rl_module
+    from arl.modules import lanes
 
     results = []
     for budget in _budgets(episodes):
         counts = []
-        original = rl_module.micro_batches
+        original = lanes.micro_batches
 
         def spy(batch, idx, token_budget, _orig=original, _counts=counts):
             out = list(_orig(batch, idx, token_budget))
             _counts.append(len(out))
             return iter(out)
 
-        rl_module.micro_batches = spy
+        lanes.micro_batches = spy
         try:
             cfg = compose(sh.UPDATE_OVERRIDES + [f"rl.micro_token_budget={budget}"])
             res = sh.run_update(cfg, episodes)
         finally:
-            rl_module.micro_batches = original
+            lanes.micro_batches = original
         res["micro_counts"] = counts  # scoring passes (old/ref) and the update pass
         res["budget"] = budget
         results.append(res)

@@ -26,8 +26,6 @@ from arl.algos.schema import AlgoConfig, algo_config
 from arl.datamodules.batches import (
     RolloutBatch,
     ValidationBatch,
-    index_batch,
-    micro_batches,
     sum_tokens_per_turn,
     turn_values_to_tokens,
     with_protocol_names,
@@ -35,9 +33,9 @@ from arl.datamodules.batches import (
 from arl.distributed import ranks as dist_utils
 from arl.distributed.fsdp import data_parallel_mesh, fully_shard_model
 from arl.models.lora import is_peft_model, reference_context
-from arl.modules.balance import imbalance, rebalance
 from arl.modules.forward import CHUNK_TOKENS, forward_log_probs
-from arl.modules.passes import backward_sync, padding_logits, uniform_count
+from arl.modules.lanes import Lanes
+from arl.modules.passes import padding_logits
 from arl.utils.metrics import SAME, SUM, Metrics, combine
 from arl.utils.timing import timed
 
@@ -177,39 +175,26 @@ class AgenticRLModule(LightningModule):
     def _world_size(self) -> int:
         return self.trainer.world_size if self._trainer is not None else 1
 
-    def _reduce_sum(self, value: torch.Tensor) -> torch.Tensor:
-        """Sum over data-parallel ranks (identity on one process)."""
-        if self._world_size() > 1:
-            return dist_utils.all_reduce_(value.float(), "sum")
-        return value.float()
-
-    def _any_rank(self, flag: bool) -> bool:
-        return bool(dist_utils.max_int(int(flag))) if self._world_size() > 1 else flag
-
-    def _clip_grad_norm(self, params: list[torch.Tensor]) -> torch.Tensor:
-        root = self._trainer.strategy.model if self._trainer is not None else None
-        if root is not None and type(root).__name__ == "FullyShardedDataParallel":  # FSDP1: norms over shards
-            return root.clip_grad_norm_(self.grad_clip)
-        norm = torch.nn.utils.clip_grad_norm_(params, self.grad_clip)
-        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+    def _lanes(self) -> Lanes:
+        """What every data-parallel rank does alike in this update (:class:`arl.modules.lanes.Lanes`)."""
+        return Lanes(self, self.policy, self._world_size(), self.pad_id, self.micro_token_budget, self.balance_tokens,
+                     self.grad_clip)
 
     # ----------------------------------------------------------------------- scoring
     @torch.no_grad()
     def _score(self, model, data: dict[str, torch.Tensor] | None) -> torch.Tensor | None:
-        """Log-probs of every row of ``data`` under ``model``, micro-batched; (B, L)."""
-        micros: list[dict[str, torch.Tensor]] = []
-        if data is not None:
-            idx = torch.arange(data["input_ids"].shape[0])
-            micros = list(micro_batches({**data, "_row": idx}, idx, self.micro_token_budget))
+        """Log-probs of every row of ``data`` under ``model``, micro-batched; (B, L). A rank without
+        rows (``data`` None) runs padding forwards, as many as the other ranks' passes."""
+        idx = torch.arange(data["input_ids"].shape[0]) if data is not None else torch.zeros(0, dtype=torch.long)
+        rows = {**data, "_row": idx} if data is not None else None
         was_training = model.training
         model.eval()
         try:
             out = torch.zeros_like(data["response_mask"]) if data is not None else None
-            for j in range(uniform_count(len(micros), self._world_size())):
-                if j >= len(micros):
+            for mb in self._lanes().passes(rows, idx, backward=False):
+                if mb is None:
                     padding_logits(model, self.pad_id, self.device)
                     continue
-                mb = micros[j]
                 logp, _ = forward_log_probs(model, mb, self.temperature, chunk_tokens=self.logit_chunk_tokens)
                 out[mb["_row"], : logp.shape[1]] = logp
         finally:
@@ -227,7 +212,7 @@ class AgenticRLModule(LightningModule):
             metrics = Metrics()
             metrics.update(batch.metrics)
             self.iteration += 1
-            n_global = int(self._reduce_sum(torch.tensor(float(batch.num_samples))))
+            n_global = int(self._lanes().total(float(batch.num_samples)))
             if n_global == 0:  # no rank has anything
                 self._log_empty_iteration(metrics)
                 return
@@ -247,24 +232,80 @@ class AgenticRLModule(LightningModule):
             with timed(times, "update"):  # 3. per mini-batch: the loss, then the optimiser step
                 metrics.update(self._update(data, on_policy, n_steps))
         metrics.update(self._iteration_metrics(batch, times))
-        reason = ("every optimiser step was skipped: a non-finite loss or gradient norm (actor/skipped_steps), "
-                  "or no response token in any mini-batch")
-        metrics.update(self._count_update(int(metrics["actor/optimizer_steps"]), reason))
-        self.last_metrics = self._reduce_metrics(metrics)
-        if self.last_metrics.get("adv/frac_zero", 0.0) >= 1.0:
-            log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
-                        "term is zero; only the KL and entropy terms moved the policy", self.iteration)
-        self._log_at_iteration(self.last_metrics)
+        self._end_iteration(metrics, int(metrics["actor/optimizer_steps"]), "every optimiser step was skipped: a "
+                            "non-finite loss or gradient norm (actor/skipped_steps), or no response token in any mini-batch")
+
+    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, n_steps: int | None = None) -> Metrics:
+        """``ppo_epochs`` passes of ``n_steps`` optimiser steps (:meth:`steps_per_epoch`) over the
+        rows shuffled and split into mini-batches of (nearly) equal size; returns the metrics
+        averaged over the steps (this rank's shares of the global values, the gradient norm global)
+        and ``actor/optimizer_steps``, the steps applied. What every data-parallel rank must do alike
+        (the global normalisers, the token deal, matched passes, the world-size scaling, the
+        non-finite skip) is :class:`arl.modules.lanes.Lanes`'s; a skipped step is counted in
+        ``actor/skipped_steps``.
+        """
+        lanes, opt, sched = self._lanes(), self.optimizers(), self.lr_schedulers()
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        n = 0 if data is None else int(data["response_mask"].shape[0])
+        n_steps = n_steps or self.steps_per_epoch(int(lanes.total(float(n))))
+        sums: dict[str, float] = defaultdict(float)
+        balance: dict[str, list[float]] = defaultdict(list)  # the deals' max-over-mean, before and after
+        steps = 0
+        for _epoch in range(self.ppo_epochs):
+            for mb_idx in torch.tensor_split(torch.randperm(n, device=self.device), n_steps):
+                global_tokens, global_seqs = lanes.normalisers(data, mb_idx)
+                if float(global_tokens) == 0:  # the same on every rank
+                    continue
+                rows, idx = lanes.deal(data, mb_idx, balance)
+                opt.zero_grad(set_to_none=True)
+                mb_metrics: dict[str, float] = defaultdict(float)
+                finite = True
+                for micro in lanes.passes(rows, idx):  # None: a padding pass
+                    loss, m = self._micro_loss(micro, on_policy, global_tokens, global_seqs) if micro else (None, {})
+                    if loss is not None and not torch.isfinite(loss):  # a zero loss instead: no NaN in the gradients
+                        finite, loss, m = False, None, {}
+                    for k, v in m.items():
+                        mb_metrics[k] += v
+                    lanes.backward(loss if loss is not None else lanes.padding_pass())
+                grad_norm = lanes.step(opt, sched, params, finite)
+                if grad_norm is None:
+                    self.skipped_steps += 1
+                    continue
+                steps += 1
+                mb_metrics["grad_norm"] = grad_norm
+                for k, v in mb_metrics.items():
+                    sums[k] += v
+        return self._update_metrics(sums, steps, balance)
+
+    @staticmethod
+    def _update_metrics(sums: dict[str, float], steps: int, balance: dict[str, list[float]]) -> Metrics:
+        """The update's metrics: the step sums ``sums`` averaged over the ``steps`` applied (shares of
+        the global values add up over ranks; the norm is global), the step count, the deals' loads."""
+        out = Metrics()
+        for k, v in sums.items():
+            name = k if k.startswith("is/") else f"actor/{k}"
+            out.add(name, v / max(steps, 1), SAME if name == "actor/grad_norm" else SUM)
+        out.same("actor/optimizer_steps", steps)
+        for name, values in balance.items():  # the same on every rank
+            out.same(name, sum(values) / len(values))
+        return out
 
     def _log_empty_iteration(self, metrics: Metrics) -> None:
         """An iteration without a training sample on any rank (``metrics``: the batch's): count it
         as skipped (no update) and log."""
         self.skipped_steps += 1
         metrics.same("actor/skipped_steps", self.skipped_steps)
-        reason = ("no training sample on any rank: the filter kept no group, or every episode ended with an "
-                  "environment error (filter/kept_groups, rollout/env_errors)")
-        metrics.update(self._count_update(0, reason))
+        self._end_iteration(metrics, 0, "no training sample on any rank: the filter kept no group, or every episode "
+                            "ended with an environment error (filter/kept_groups, rollout/env_errors)")
+
+    def _end_iteration(self, metrics: Metrics, steps: int, no_step_reason: str) -> None:
+        """Count the iteration's optimiser ``steps`` (a warning with ``no_step_reason`` when none),
+        combine the metrics over ranks (``last_metrics``) and log them at the iteration."""
+        metrics.update(self._count_update(steps, no_step_reason))
         self.last_metrics = self._reduce_metrics(metrics)
+        if self.last_metrics.get("adv/frac_zero", 0.0) >= 1.0:
+            log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
+                        "term is zero; only the KL and entropy terms moved the policy", self.iteration)
         self._log_at_iteration(self.last_metrics)
 
     def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
@@ -391,136 +432,6 @@ class AgenticRLModule(LightningModule):
         if self.mini_batch_size:
             return max(1, -(-int(n_samples) // self.mini_batch_size))
         return max(1, min(self.mini_batches, int(n_samples))) if self._world_size() == 1 else self.mini_batches
-
-    def _update(self, data: dict[str, torch.Tensor] | None, on_policy: bool, n_steps: int | None = None) -> Metrics:
-        """``ppo_epochs`` passes of ``n_steps`` optimiser steps (:meth:`steps_per_epoch`); returns
-        the metrics averaged over the steps, this rank's shares of the global values (the
-        gradient norm global), and ``actor/optimizer_steps``, the steps applied.
-
-        The rows are shuffled and split into ``n_steps`` mini-batches of (nearly) equal size.
-        Every rank splits its own rows into the same number of mini-batches; with
-        ``balance_tokens`` on several ranks, each global mini-batch's rows are then dealt out
-        to the ranks by their token counts (:func:`arl.modules.balance.rebalance`; logged as
-        ``perf/rank_tokens_max_over_mean``, and ``..._unbalanced`` for the split alone). Every
-        rank runs the same number of micro-batch forward/backward passes per step (padding with
-        a zero-loss forward), so the collectives of DDP and FSDP pair up. The loss normalisers
-        (tokens, sequences) are summed over all micro-batches and ranks. A non-finite loss on any
-        rank, or a non-finite gradient norm, skips the step on every rank (counted in
-        ``actor/skipped_steps``).
-        """
-        opt = self.optimizers()
-        sched = self.lr_schedulers()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        n = 0 if data is None else int(data["response_mask"].shape[0])
-        sums: dict[str, float] = defaultdict(float)
-        steps = 0
-        balance: dict[str, list[float]] = defaultdict(list)  # the deals' max-over-mean, before and after
-        if n_steps is None:
-            n_steps = self.steps_per_epoch(int(self._reduce_sum(torch.tensor(float(n)))))
-        for _epoch in range(self.ppo_epochs):
-            perm = torch.randperm(n, device=self.device)
-            chunks = torch.tensor_split(perm, n_steps)
-            for mb_idx in chunks:
-                global_tokens, global_seqs = self._global_normalisers(data, mb_idx)
-                if float(global_tokens) == 0:  # the same on every rank
-                    continue
-                mb_data, mb_idx = self._mini_batch(data, mb_idx, balance)
-                opt.zero_grad(set_to_none=True)
-                mb_metrics, finite = self._accumulate_gradients(mb_data, mb_idx, on_policy, global_tokens, global_seqs)
-                grad_norm = self._optimizer_step(opt, sched, params, finite)
-                if grad_norm is None:
-                    continue
-                steps += 1
-                mb_metrics["grad_norm"] = grad_norm
-                for k, v in mb_metrics.items():
-                    sums[k] += v
-        out = Metrics()
-        for k, v in sums.items():  # shares of the global value add up over ranks; the norm is global
-            name = k if k.startswith("is/") else f"actor/{k}"
-            out.add(name, v / max(steps, 1), SAME if name == "actor/grad_norm" else SUM)
-        out.same("actor/optimizer_steps", steps)
-        for name, values in balance.items():  # the same on every rank
-            out.same(name, sum(values) / len(values))
-        return out
-
-    def _mini_batch(
-        self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor, balance: dict[str, list[float]]
-    ) -> tuple[dict[str, torch.Tensor] | None, torch.Tensor]:
-        """The rows this rank computes for one mini-batch (the rows ``mb_idx``, (m,), of ``data``),
-        as ``(rows, their indices)``: ``data`` and ``mb_idx`` themselves, or with ``balance_tokens``
-        on several ranks the rows dealt to this rank by tokens (a collective; the deal's
-        max-over-mean load is appended to ``balance``)."""
-        if not self.balance_tokens or self._world_size() <= 1:
-            return data, mb_idx
-        rows = index_batch(data, mb_idx) if data is not None and len(mb_idx) else None
-        if rows is not None:  # turn rows index the sender's turn table: no use on another rank, and the update reads none
-            rows.pop("turn_row", None)
-        rows, deal = rebalance(rows, self.device, {"input_ids": self.pad_id or 0})
-        balance["perf/rank_tokens_max_over_mean"].append(imbalance(deal.loads_after()))
-        balance["perf/rank_tokens_max_over_mean_unbalanced"].append(imbalance(deal.loads_before()))
-        n = 0 if rows is None else int(rows["attention_mask"].shape[0])
-        return rows, torch.arange(n, device=self.device)
-
-    def _global_normalisers(
-        self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The loss normalisers of one mini-batch (the rows ``mb_idx``, (m,), of ``data``), summed over
-        ranks: response tokens and non-empty sequences, two scalars (a rank without rows adds 0)."""
-        n = 0 if data is None else int(data["response_mask"].shape[0])
-        mask = data["response_mask"] if data is not None else None
-        local_tokens = mask[mb_idx].sum() if n else torch.zeros((), device=self.device)
-        local_seqs = (mask[mb_idx].sum(-1) > 0).sum().float() if n else torch.zeros((), device=self.device)
-        global_tokens = self._reduce_sum(local_tokens)
-        global_seqs = self._reduce_sum(local_seqs)
-        return global_tokens, global_seqs
-
-    def _accumulate_gradients(self, data: dict[str, torch.Tensor] | None, mb_idx: torch.Tensor, on_policy: bool,
-                              global_tokens: torch.Tensor, global_seqs: torch.Tensor) -> tuple[dict[str, float], bool]:
-        """Forward/backward of the micro-batches of one mini-batch (the rows ``mb_idx``, (m,), of
-        ``data``), adding to the gradients; returns the summed metric shares and whether every
-        loss of this rank was finite.
-
-        Every rank runs the same number of passes (the maximum over ranks), a missing micro-batch
-        being a zero-loss forward, so the collectives inside them pair up; a non-finite loss is
-        replaced by a zero loss, so no NaN reaches the gradients. ``global_tokens`` /
-        ``global_seqs`` (scalars): the mini-batch's normalisers summed over ranks.
-        """
-        world = self._world_size()
-        micros = list(micro_batches(data, mb_idx, self.micro_token_budget)) if len(mb_idx) else []
-        count = uniform_count(len(micros), world)
-        mb_metrics: dict[str, float] = defaultdict(float)
-        finite = True
-        for j in range(count):
-            with backward_sync(self._trainer, last=j == count - 1):
-                micro = micros[j] if j < len(micros) else None
-                loss = None
-                if micro is not None:
-                    loss, m = self._micro_loss(micro, on_policy, global_tokens, global_seqs)
-                    if not torch.isfinite(loss):
-                        finite, loss = False, None
-                    else:
-                        for k, v in m.items():
-                            mb_metrics[k] += v
-                if loss is None:  # padding, or a non-finite loss replaced by a zero loss
-                    loss = padding_logits(self.policy, self.pad_id, self.device).float().sum() * 0.0
-                # normalisers are global over ranks while DDP/FSDP average gradients: undo the mean
-                self.manual_backward(loss * world)
-        return mb_metrics, finite
-
-    def _optimizer_step(self, opt, sched, params: list[torch.Tensor], finite: bool) -> float | None:
-        """Clip the gradients of ``params`` and step the optimiser and the LR schedule; returns the
-        gradient norm before clipping. ``finite``: this rank's losses were finite. When any rank
-        had a non-finite loss, or the norm is not finite, the step is skipped on every rank (the
-        gradients dropped, ``skipped_steps`` counted) and None returned."""
-        finite = not self._any_rank(not finite)
-        grad_norm = self._clip_grad_norm(params) if finite else torch.tensor(float("nan"))
-        if not finite or not torch.isfinite(grad_norm):
-            opt.zero_grad(set_to_none=True)
-            self.skipped_steps += 1
-            return None
-        opt.step()
-        sched.step()
-        return float(grad_norm)
 
     def _micro_loss(self, micro: dict[str, torch.Tensor], on_policy: bool, global_tokens, global_seqs):
         """The loss of one micro-batch (its share of the mini-batch loss) and its metric shares."""
