@@ -12,7 +12,6 @@ file purges any step after the checkpoint's iteration, so the curves stay contin
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -26,19 +25,6 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
 from arl.callbacks import ValidationEpisodes, WeightSync
-from arl.callbacks.weight_sync import sync_engine
-from arl.distributed.fsdp import (
-    full_state_dict,
-    gather_on_rank0,
-    is_fsdp2,
-    is_sharded,
-    iter_full_tensors,
-    loads_on_rank0,
-    mark_weights_from_rank0,
-    meta_copy,
-    resolve_layer_classes,
-    weights_from_rank0,
-)
 from arl.models.loading import save_hf
 from arl.models.lora import fold_adapters, is_peft_model
 from arl.run import start_validation
@@ -49,13 +35,13 @@ from arl.run.builders import (
     build_rl_module,
     build_rollout_datamodule,
     build_trainer,
-    load_model,
     sampling_params,
 )
 from arl.run.checks import validate_config
 from arl.run.loggers import end_stage
 from arl.run.resume import RESULTS_FILE, checkpoint_iteration, finished_results, resolve_ckpt_path
 from arl.run.settings import RunSettings
+from arl.run.weights import PolicyWeights
 from arl.utils.episode_files import episodes_file
 from arl.utils.logging import console, results_table
 
@@ -67,14 +53,13 @@ class Parts:
     """What a run trains and plays with: the policy and its tokenizer, the rollout engine and the
     agent loop around it. ``engine_model`` is the module the engine generates from: the policy
     itself, or (sharded, every rank loading) an unsharded copy that gathers refresh after each
-    update. ``frame``: where rank 0 alone holds the weights (``trainer.sharding.load``), a meta copy
-    of the policy taken before it is sharded, which the export gathers the final weights into."""
+    update. ``weights``: where the policy's weights live over the ranks (:class:`PolicyWeights`)."""
     model: Any
     tokenizer: Any
     engine_model: Any
     engine: Any
     loop: Any
-    frame: Any = None
+    weights: PolicyWeights
 
 
 def train(run: RunSettings | DictConfig, callbacks: list | None = None) -> dict[str, Any]:
@@ -112,8 +97,7 @@ def train(run: RunSettings | DictConfig, callbacks: list | None = None) -> dict[
     if not run.rl.enabled:  # the BC stage alone (experiment=bc_<env>)
         return finish_bc_only(run, results, parts.loop, out_dir)
 
-    if weights_from_rank0(parts.model):  # the export's frame, taken before the RL trainer shards the policy
-        parts.frame = meta_copy(parts.model)
+    parts.weights.before_rl(parts.model)  # the export's frame (rank-0 loading), before the RL trainer shards it
     rl_results, module, trainer = _rl_stage(run, parts, ckpt, resume_it, callbacks)
     results.update(rl_results)
     results["policy_hf"] = _export_policy(parts, module, trainer, out_dir)
@@ -152,23 +136,17 @@ def _run_folder(run: RunSettings, ckpt: Path | None, resume_it: int | None) -> t
 
 
 def _load_parts(run: RunSettings) -> Parts:
-    """The policy, and the rollout engine and agent loop around it; under sharding with every rank
-    loading the engine keeps its own unsharded copy of the policy (synced by gathering after
-    updates), otherwise ``engine_model`` is the policy itself (rank-0 loading: vLLM receives its
-    weights by broadcast and keeps no copy)."""
-    from_rank0 = loads_on_rank0(run.trainer, run.rollout.engine)
-    model, tokenizer, source = load_model(run.model, run.trainer, from_rank0=from_rank0)
+    """The policy, placed over the ranks as :class:`PolicyWeights` says, and the rollout engine and
+    agent loop around it."""
+    weights = PolicyWeights.of(run)
+    model, tokenizer, source = weights.load(run)
     model.train()
-    where = " (rank 0 loads it; the other ranks receive their shards)" if from_rank0 else ""
+    where = " (rank 0 loads it; the other ranks receive their shards)" if weights.from_rank0 else ""
     console.print(f"policy: {source} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters){where}")
-    sharded = is_sharded(run.trainer)
-    if sharded and "layer_cls" in (run.trainer.get("sharding") or {}):
-        resolve_layer_classes(run.trainer["sharding"]["layer_cls"], model)  # fail now, not after BC
-    # sharded, the transformers engine generates from an unsharded copy of its own; vLLM holds its
-    # own weights, so under rank-0 loading nothing is copied (the engine is loaded by broadcast)
-    engine_model = copy.deepcopy(model) if sharded and not from_rank0 else model
+    engine_model = weights.engine_model(model)
     engine = build_engine(run.rollout, engine_model, tokenizer)
-    return Parts(model, tokenizer, engine_model, engine, build_agent_loop(run.env, run.rollout, engine, tokenizer))
+    loop = build_agent_loop(run.env, run.rollout, engine, tokenizer)
+    return Parts(model, tokenizer, engine_model, engine, loop, weights)
 
 
 def _bc_stage(run: RunSettings, parts: Parts, out_dir: Path) -> tuple[dict[str, Any], Parts]:
@@ -176,14 +154,11 @@ def _bc_stage(run: RunSettings, parts: Parts, out_dir: Path) -> tuple[dict[str, 
     starts from. When RL follows, a LoRA policy's BC adapters are folded into its base, which
     becomes the RL reference (the policy with fresh adapters off) and keeps the BC policy."""
     bc_results, model = run_bc(run, parts.model, parts.engine_model, parts.tokenizer, parts.loop, out_dir)
-    engine_model = model if weights_from_rank0(model) else parts.engine_model  # no engine copy: drop BC's module
+    engine_model = parts.weights.after_bc(model, parts.engine_model)
     end_stage()  # the BC stage's tracker runs close
     if run.rl.enabled and is_peft_model(model):
-        from_rank0 = weights_from_rank0(model)
-        model = fold_adapters(model, run.model.lora)
-        if from_rank0:  # a new module: rank 0's fresh adapters reach the others when it is sharded
-            mark_weights_from_rank0(model)
-    return bc_results, Parts(model, parts.tokenizer, engine_model, parts.engine, parts.loop)
+        model = parts.weights.replaced(fold_adapters(model, run.model.lora))
+    return bc_results, Parts(model, parts.tokenizer, engine_model, parts.engine, parts.loop, parts.weights)
 
 
 def _rl_stage(run: RunSettings, parts: Parts, ckpt: Path | None, resume_it: int | None, callbacks: list | None):
@@ -248,25 +223,12 @@ def _validate_start(run: RunSettings, model, module, trainer, dm) -> str:
 
 
 def _export_policy(parts: Parts, module, trainer, out_dir: Path) -> str:
-    """Save the final policy as a HF folder (``policy_hf``, rank 0); sharded, the final weights are
-    gathered into the engine's copy first (every rank takes part; under FSDP2 one tensor at a time,
-    so no GPU holds the whole unsharded model while the engine is awake); where rank 0 alone
-    loaded the weights, rank 0 alone gathers them, into ``parts.frame``. Returns its path."""
-    engine_model = parts.engine_model
-    if parts.frame is not None:
-        engine_model = gather_on_rank0(module.policy, parts.frame)
-    elif engine_model is not parts.model:
-        sync_engine(parts.engine, trainer, module)
-        if getattr(parts.engine, "model", None) is not engine_model:
-            if is_fsdp2(module.policy):  # one gathered tensor at a time into the host copy, not the whole model
-                target = engine_model.state_dict()
-                for name, full in iter_full_tensors(module.policy):
-                    target[name].copy_(full)
-            else:
-                engine_model.load_state_dict(full_state_dict(module.policy, root=trainer.strategy.model))
+    """Save the final policy as a HF folder (``policy_hf``, rank 0), its weights brought together
+    as the placement says (:meth:`PolicyWeights.final`, every rank takes part). Returns its path."""
+    final = parts.weights.final(module, trainer, parts.engine, parts.engine_model, parts.model)
     hf_dir = out_dir / "policy_hf"
     if trainer.is_global_zero:
-        hf_dir = save_hf(engine_model, parts.tokenizer, hf_dir)
+        hf_dir = save_hf(final, parts.tokenizer, hf_dir)
     trainer.strategy.barrier("arl_export")
     return str(hf_dir)
 
