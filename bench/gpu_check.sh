@@ -174,7 +174,7 @@ esac
 if [[ $want_cpu == 1 ]]; then
     ENGINE=(rollout=hf trainer=fsdp2_cpu)
     ENGINE2=(rollout=hf trainer=fsdp2_cpu trainer.devices=2)
-    BUDGET=(rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=8 env.max_turns=2
+    BUDGET=(rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=8 env.max_turns=2
             rollout.val_episodes=2 model=tiny)
     BC_EPISODES=24
     PEAK=()
@@ -189,7 +189,7 @@ else
         ENGINE=(rollout=hf trainer=fsdp2 trainer.devices=1)
         ENGINE2=(rollout=hf trainer=fsdp2 trainer.devices=2)
     fi
-    BUDGET=(rollout.groups_per_step=16 rollout.group_size=8 rollout.max_new_tokens=64 rollout.val_episodes=32
+    BUDGET=(rollout.tasks_per_iteration=16 rollout.group_size=8 rollout.max_new_tokens=64 rollout.val_episodes=32
             "${MODEL[@]}")
     BC_EPISODES=64
     PEAK=(--peak-tflops "${GPU_PEAK_TFLOPS:-989}")

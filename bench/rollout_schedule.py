@@ -46,6 +46,7 @@ from rich.table import Table
 from arl.agent.loop import AgentLoop, Task
 from arl.envs.base import EnvSpec, StepResult
 from arl.rollout.engine import SamplingParams
+from arl.utils.config import lookup
 
 WORKLOADS = {  # name -> (behaviour-cloned start, a run of the study whose env and rollout settings are used)
     "alfworld": ("docs/results/alfworld_cpu_study/bc_start/bc_policy_hf", "docs/results/alfworld_confirmation/runs/sampo_seed4"),
@@ -141,7 +142,8 @@ def _workload(name: str, args) -> dict:
             "max_turns": env["max_turns"], "sample_mode": r["sample_mode"], "max_prompt_tokens": r["max_prompt_tokens"],
             "params": SamplingParams(temperature=r["temperature"], top_p=r["top_p"], top_k=r["top_k"],
                                      max_new_tokens=r["max_new_tokens"], stop=tuple(r["stop"])),
-            "episodes": (args.groups or r["groups_per_step"], args.group_size or r["group_size"]), "spread": None}
+            "episodes": (args.groups or lookup(c, "rollout.tasks_per_iteration"), args.group_size or r["group_size"]),
+            "spread": None}
 
 
 def _engine(kind: str, model, tok, w: dict, max_batch_size: int):
@@ -218,7 +220,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--engine", choices=("vllm", "hf"), default="vllm")
     ap.add_argument("--workloads", default="alfworld,synthetic,sokoban,math")
-    ap.add_argument("--groups", type=int, default=0, help="tasks per rollout (0: the study run's groups_per_step; synthetic 8)")
+    ap.add_argument("--groups", type=int, default=0, help="tasks per rollout (0: the study run's rollout.tasks_per_iteration; synthetic 8)")
     ap.add_argument("--group-size", type=int, default=0, help="episodes per task (0: the run's; synthetic 8)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=7000, help="task seeds seed, seed+1, ...")

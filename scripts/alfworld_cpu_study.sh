@@ -18,6 +18,6 @@ SETUP="debug=cpu_small env.kwargs.task_types=[pick_and_place_simple,look_at_obj_
 BC_ARGS="bc.episodes=${BC_EPISODES:-800} bc.epochs=${BC_EPOCHS:-3}"
 # 4 groups x 8 games an iteration; SAMPO's DAPO filter from iteration 3 (the official 15 is a tenth of a
 # 150-iteration run; this one has 12)
-RL_ARGS="rollout.groups_per_step=4 algo.filter.cold_start=2 ${ARM:-}"
+RL_ARGS="rollout.tasks_per_iteration=4 algo.filter.cold_start=2 ${ARM:-}"
 source scripts/study_lib.sh  # single_run, check_start, rl_study
 rl_study

@@ -182,7 +182,7 @@ MUTANTS: list[Mutant] = [
       "loss = loss + cfg.kl.coef * kl_loss", "loss = loss - cfg.kl.coef * kl_loss",
       "the KL term rewards moving away", tuple(ALGOS_TESTS)),
     M("entropy_sign", "algos/objective.py",
-      "loss = loss - cfg.entropy_coeff * entropy_value", "loss = loss + cfg.entropy_coeff * entropy_value",
+      "loss = loss - cfg.entropy_coef * entropy_value", "loss = loss + cfg.entropy_coef * entropy_value",
       "the entropy bonus becomes a penalty", tuple(ALGOS_TESTS)),
     M("seqmask_on_kl", "algos/objective.py",
       "kl_loss = aggregate(kl.kl_penalty(log_prob, ref_log_prob, cfg.kl.estimator), mask)",

@@ -28,7 +28,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 from arl.distributed.threads import configure_threads
 from arl.run.resolvers import register_resolvers
 from arl.run.resume import checked_checkpoint, checkpoint_problem
-from arl.utils.config import ConfigError
+from arl.utils.config import ConfigError, renamed_override_problems
 
 register_resolvers()
 
@@ -65,4 +65,7 @@ def consolidate(folder: Path) -> Path:
 
 
 if __name__ == "__main__":
+    if problems := renamed_override_problems(sys.argv[1:]):  # Hydra would refuse them without naming the new key
+        print("config error: " + "; ".join(problems), file=sys.stderr)
+        sys.exit(2)
     main()

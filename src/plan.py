@@ -34,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from arl.distributed.placement import PlacementError, export_trainer_devices, resolve_placement
 from arl.run.resolvers import register_resolvers
-from arl.utils.config import ConfigError
+from arl.utils.config import ConfigError, renamed_override_problems
 
 register_resolvers()
 
@@ -66,6 +66,9 @@ def main(argv: list[str]) -> int:
         return EXIT_FITS
     if any(a in ("-m", "--multirun") for a in argv):
         print("config error: src/plan.py plans one run: pass one job's overrides (no -m)", file=sys.stderr)
+        return EXIT_CONFIG
+    for problem in renamed_override_problems(argv):  # Hydra would refuse them without naming the new key
+        print(f"config error: {problem}", file=sys.stderr)
         return EXIT_CONFIG
     from hydra.errors import HydraException  # lazy: after the answers that need nothing (compose's comment)
 

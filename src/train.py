@@ -35,7 +35,7 @@ from arl.run.explain import explain_key, final_value, format_explanation
 from arl.run.resolvers import register_resolvers
 from arl.run.resume import finished_results, resolve_ckpt_path
 from arl.run.settings import RunSettings
-from arl.utils.config import ConfigError
+from arl.utils.config import ConfigError, renamed_override_problems
 
 register_resolvers()
 
@@ -111,4 +111,7 @@ def _remove_empty_run_folder(out: Path) -> None:
 
 
 if __name__ == "__main__":
+    if problems := renamed_override_problems(sys.argv[1:]):  # Hydra would refuse them without naming the new key
+        print("config error: " + "; ".join(problems), file=sys.stderr)
+        sys.exit(2)
     main()

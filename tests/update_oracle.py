@@ -265,7 +265,7 @@ def mini_batch_loss(model, reference, batch, advantages, algo: dict, on_policy: 
     loss = _aggregate(pg_terms, agg, n_tokens, n_seqs)
     if algo["kl"]["in_loss"]:
         loss = loss + float(algo["kl"]["coef"]) * _aggregate(kl_terms, agg, n_tokens, n_seqs)
-    loss = loss - float(algo["entropy_coeff"]) * _aggregate(ent_terms, agg, n_tokens, n_seqs)
+    loss = loss - float(algo["entropy_coef"]) * _aggregate(ent_terms, agg, n_tokens, n_seqs)
     return loss
 
 

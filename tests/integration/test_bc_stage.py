@@ -60,7 +60,7 @@ def test_rl_from_the_bc_policy_starts_where_bc_ended(bc_run, tmp_path):
 
     out, results = bc_run
     cfg = compose(["experiment=sokoban", "algo=grpo", *SMALL, f"model.init_from={out / 'bc_policy_hf'}", "rl.iterations=1",
-                   "rl.val_every=1", "rollout.groups_per_step=2", "rollout.group_size=2"], output_dir=str(tmp_path))
+                   "rl.val_every=1", "rollout.tasks_per_iteration=2", "rollout.group_size=2"], output_dir=str(tmp_path))
     rl = train(cfg)
     assert not any(k.startswith("bc/") for k in rl)
     assert rl["val_before_rl"]["val/success_rate"] == results["val_after_bc"]["val/success_rate"]

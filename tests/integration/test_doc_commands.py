@@ -208,7 +208,7 @@ def env_root(tmp_path_factory):
     root = _tree(tmp_path_factory.mktemp("arl_root"))
     env = _env(root)
     small = ["bc.episodes=24", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2",
-             "rollout.groups_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=12"]
+             "rollout.tasks_per_iteration=2", "rollout.group_size=2", "rollout.max_new_tokens=12"]
     run = subprocess.run([PY, "src/train.py", "debug=smoke", *small], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     run_dir = max((root / "logs" / "debug" / "runs").iterdir())
@@ -384,7 +384,7 @@ def test_make_study_runs_shortened_on_a_fresh_tree(tmp_path):
     out = tmp_path / "study"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "2",
            "METHODS": "grpo,sampo",
-           "EXTRA": "bc.episodes=24 bc.epochs=1 bc.bootstrap.episodes=4 bc.val_untrained=false rollout.groups_per_step=2 "
+           "EXTRA": "bc.episodes=24 bc.epochs=1 bc.bootstrap.episodes=4 bc.val_untrained=false rollout.tasks_per_iteration=2 "
                     "rollout.group_size=2 rollout.max_new_tokens=12"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "sokoban_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -400,7 +400,7 @@ def test_arena_study_runs_shortened_and_resumes(tmp_path):
     out = tmp_path / "arena"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "1", "ITERS": "1", "SEEDS": "1,2", "METHODS": "grpo,sampo",
            "VAL_EVERY": "1", "VAL_EPISODES": "2",
-           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=12"}
     for attempt in ("first", "again"):
         proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=900)
@@ -420,7 +420,7 @@ def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     out = tmp_path / "arena,x=[1]"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2", "ITERS2": "1", "SEEDS": "1",
            "METHODS2": "grpo,stage_aware_gigpo", "VAL_EVERY2": "1", "VAL_EPISODES2": "2",
-           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+           "EXTRA": "bc.episodes=24 bc.epochs=1 rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=12"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -456,7 +456,7 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     out = tmp_path / "arena"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "STAGE": "2b", "ITERS2": "1", "SEEDS": "1", "WEAK_BC": "8",
            "VAL_EVERY2": "1", "VAL_EPISODES2": "2",  # hydra.launcher.* reaches the multirun, not the BC start
-           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12 hydra.launcher.n_jobs=1"}
+           "EXTRA": "rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=12 hydra.launcher.n_jobs=1"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "arena_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -505,7 +505,7 @@ def test_alfworld_study_runs_shortened(tmp_path):
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4",
            # the expert needs up to ~25 turns to win its games; everything else as small as it goes
            # hydra.launcher.* reaches the RL multirun only (the BC run, a single run, has no launcher)
-           "EXTRA": "bc.episodes=4 bc.epochs=1 rollout.val_episodes=4 env.max_turns=25 rollout.groups_per_step=2 "
+           "EXTRA": "bc.episodes=4 bc.epochs=1 rollout.val_episodes=4 env.max_turns=25 rollout.tasks_per_iteration=2 "
                     "rollout.group_size=2 rollout.max_new_tokens=12 hydra.launcher.n_jobs=1"}
     env.pop("ALFWORLD_DATA", None)  # generated games (an earlier import of alfworld in this session may have set it)
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_study.sh")], cwd=ROOT, env=env, capture_output=True,
@@ -557,7 +557,7 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     out, archive, start = tmp_path / "math", tmp_path / "archive", tmp_path / "committed" / "bc_policy_hf"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "START": str(start), "SEEDS": "1", "ITERS": "1",
            "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1",
-           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
+           "EXTRA": "bc.episodes=8 rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=16"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -597,7 +597,7 @@ def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
     env = {**_env(tmp_path), "PY": PY, "ROOT": str(root), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
            "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPOCHS": "1", "BC_SHA256": "",
            "START": str(tmp_path / "no_committed_start"),
-           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=16"}
+           "EXTRA": "bc.episodes=8 rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=16"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "math_diagnosis_study.sh")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -623,7 +623,7 @@ def test_calibration_and_sokoban_study_run_shortened(tmp_path):
     env = {**_env(tmp_path), "PY": PY, "ENV": "sokoban", "OUT": str(out), "ARCHIVE": str(archive), "START": str(start),
            "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "2",
            "GRID": "rl.optimizer.lr=1e-4,1e-5 algo.advantage.invalid_penalty=-0.1,0",
-           "EXTRA": "bc.episodes=8 bc.epochs=1 bc.bootstrap.enabled=false rollout.groups_per_step=2 "
+           "EXTRA": "bc.episodes=8 bc.epochs=1 bc.bootstrap.enabled=false rollout.tasks_per_iteration=2 "
                     "rollout.group_size=2"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "calibrate.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -654,7 +654,7 @@ def test_webshop_rl_study_runs_shortened(tmp_path):
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "START": str(start),
            "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4", "N_JOBS": "2",
            "BC_SHA256": "",  # a start of its own, not the committed one the script checks by default
-           "EXTRA": "bc.episodes=8 rollout.groups_per_step=2 rollout.group_size=2 env.max_turns=4"}
+           "EXTRA": "bc.episodes=8 rollout.tasks_per_iteration=2 rollout.group_size=2 env.max_turns=4"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "webshop_rl_study.sh")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
@@ -682,7 +682,7 @@ def test_alfworld_cpu_study_runs_shortened(tmp_path):
     out = tmp_path / "alfworld"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "SEEDS": "1", "ITERS": "1", "VAL_EVERY": "1",
            "VAL_EPISODES": "4", "N_JOBS": "1", "BC_EPISODES": "4", "BC_EPOCHS": "1",
-           "EXTRA": "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"}
+           "EXTRA": "rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=12"}
     env.pop("ALFWORLD_DATA", None)  # generated games
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "alfworld_cpu_study.sh")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -707,7 +707,7 @@ def test_alfworld_strong_study_stages_run_shortened(tmp_path):
     if importlib.util.find_spec("alfworld") is None:
         pytest.skip("needs the alfworld package (pip install 'arl[alfworld]')")
     base, start = tmp_path / "committed" / "bc_policy_hf", tmp_path / "committed_dagger" / "bc_policy_hf"
-    small = "rollout.groups_per_step=2 rollout.group_size=2 rollout.max_new_tokens=12"
+    small = "rollout.tasks_per_iteration=2 rollout.group_size=2 rollout.max_new_tokens=12"
     env = {**_env(tmp_path), "PY": PY, "BASE": str(base), "START": str(start), "BC_SHA256": "", "SEEDS": "1", "ITERS": "1", "VAL_EPISODES": "4",
            "N_JOBS": "2", "BC_EPISODES": "4", "BC_EPOCHS": "1", "EXTRA": small}
     env.pop("ALFWORLD_DATA", None)

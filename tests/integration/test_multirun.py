@@ -15,7 +15,7 @@ import yaml
 from arl_testing import ROOT
 
 METHODS = ["cispo", "cispo_seqmask", "dapo_gigpo", "dapo_grpo", "gigpo", "grpo", "gspo", "sampo", "sapo", "sapo_seqmask"]
-TINY = ["bc.episodes=40", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.groups_per_step=2",
+TINY = ["bc.episodes=40", "bc.epochs=1", "rl.iterations=1", "rl.val_every=1", "rollout.tasks_per_iteration=2",
         "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=16", "algo.filter.max_rollout_rounds=1", "bc.bootstrap.episodes=4"]
 
 

@@ -40,7 +40,7 @@ def _run(tmp_path) -> dict:
 
     keep = Keep()
     cfg = compose(["debug=smoke", "seed=3", "bc.episodes=120", "bc.epochs=2", "env.kwargs.prompt_style=compact", "rl.iterations=2", "rl.val_every=2",
-                   "rollout.val_episodes=4", "rollout.groups_per_step=2", "rollout.group_size=4",
+                   "rollout.val_episodes=4", "rollout.tasks_per_iteration=2", "rollout.group_size=4",
                    "rollout.max_new_tokens=12", "algo.filter.max_rollout_rounds=2"], output_dir=str(tmp_path))
     with sh.one_thread():
         results = train(cfg, callbacks=[keep])

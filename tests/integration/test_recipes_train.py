@@ -20,7 +20,7 @@ import scale_helpers as sh
 from arl_testing import CONFIG_DIR, compose, episode_returns
 
 ALGOS = sorted(p.stem for p in (CONFIG_DIR / "algo").glob("*.yaml") if p.stem != "base")
-RUN = ["debug=cpu_small", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2", "rollout.groups_per_step=4",
+RUN = ["debug=cpu_small", "rl.iterations=1", "rl.val_every=1", "rollout.val_episodes=2", "rollout.tasks_per_iteration=4",
        "rollout.group_size=4", "env.max_turns=4", "env.kwargs.max_steps=4", "rollout.max_new_tokens=16",
        "callbacks.model_checkpoint=null", "callbacks.last_checkpoint=null"]
 

@@ -55,7 +55,7 @@ def test_smollm2_one_rl_iteration(tmp_path):
     cfg = compose(
         [
             "model=smollm2_135m", "bc.enabled=false", "rl.iterations=1", "rl.val_every=1",
-            "rollout.groups_per_step=1", "rollout.group_size=2", "rollout.max_new_tokens=16",
+            "rollout.tasks_per_iteration=1", "rollout.group_size=2", "rollout.max_new_tokens=16",
             "rollout.val_episodes=1", "env.max_turns=3", "env.kwargs.prompt_style=full", "algo.filter.name=none",
             "callbacks.last_checkpoint=null", "callbacks.model_checkpoint=null",
         ],

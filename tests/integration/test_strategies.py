@@ -16,7 +16,7 @@ import scale_helpers as sh
 from arl_testing import ROOT
 
 OVERRIDES = [
-    "debug=smoke", "bc.enabled=false", "rl.iterations=2", "rl.val_every=2", "rollout.groups_per_step=2",
+    "debug=smoke", "bc.enabled=false", "rl.iterations=2", "rl.val_every=2", "rollout.tasks_per_iteration=2",
     "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=8", "env.max_turns=2",
     "algo.filter.name=none",
 ]

@@ -59,7 +59,7 @@ CASES = [
     ("grpo", "trajectory", 2, ["algo.loss.agg=seq-mean-token-mean"]),
     ("sampo", "turn", 2, ["algo.advantage.norm=mean_std_norm", "algo.loss.agg=seq-mean-token-mean"]),
     ("cispo_seqmask", "turn", 2, []),                          # CISPO weight + sequence masking
-    ("sapo", "turn", 2, ["algo.entropy_coeff=0.01"]),
+    ("sapo", "turn", 2, ["algo.entropy_coef=0.01"]),
     ("gigpo", "turn", 2, ["algo.kl.in_loss=false", "algo.kl.coef=0.5"]),  # KL as a per-turn reward penalty
     ("grpo", "turn", 2, ["rollout.temperature=0.7"]),                       # scoring at the sampling temperature
     ("grpo", "turn", 2, ["algo.loss.clip_ratio_low=0.1", "algo.loss.clip_ratio_high=0.3"]),  # asymmetric clip
@@ -133,7 +133,7 @@ def test_updates_raise_rewarded_responses_and_lower_the_others(mode):
     oracle.store_old_log_probs(model, episodes, shifts=(0.0,))
     cfg = compose([
         "bc.enabled=false", "algo=grpo", "algo.filter.name=none", f"rollout.sample_mode={mode}", "rl.ppo_epochs=1",
-        "rl.mini_batches=1", "rl.optimizer.lr=3e-3", "algo.kl.coef=0", "algo.entropy_coeff=0",
+        "rl.mini_batches=1", "rl.optimizer.lr=3e-3", "algo.kl.coef=0", "algo.entropy_coef=0",
     ])
     res = sh.run_update(cfg, episodes, iterations=3)
     trained = oracle.copy.deepcopy(model)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.vllm
 # are compared with
 OVERRIDES = [
     "rollout=vllm", "debug=smoke", "bc.enabled=false", "rl.iterations=2", "rl.val_every=2",
-    "rollout.groups_per_step=2", "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=8",
+    "rollout.tasks_per_iteration=2", "rollout.group_size=2", "rollout.val_episodes=4", "rollout.max_new_tokens=8",
     "env.max_turns=2", "algo.filter.name=none", "rl.mini_batches=1", "rl.ppo_epochs=2",
 ]
 
@@ -91,7 +91,7 @@ def test_lora_lanes_train_the_adapters(runs):
 # --- the engine before the first Trainer: behaviour cloning's untrained validation, 2 ranks ---------
 BC_OVERRIDES = [
     "rollout=vllm", "trainer=ddp", "debug=smoke", "bc.enabled=true", "bc.val_untrained=true", "bc.episodes=4",
-    "bc.epochs=1", "bc.batch_size=2", "rl.iterations=1", "rl.val_every=1", "rollout.groups_per_step=2",
+    "bc.epochs=1", "bc.batch_size=2", "rl.iterations=1", "rl.val_every=1", "rollout.tasks_per_iteration=2",
     "rollout.group_size=2", "rollout.val_episodes=2", "rollout.max_new_tokens=8", "env.max_turns=2",
     "algo.filter.name=none", "task_name=early",
 ]

@@ -67,7 +67,7 @@ def test_every_experiment_composes_and_validates(experiment):
     assert cfg.model.dtype == "float32" and cfg.trainer.sharding.mixed_precision == "bf16"
     assert cfg.trainer.sharding.activation_checkpointing and not cfg.model.gradient_checkpointing
     assert cfg.rollout.engine == "vllm" and cfg.trainer.accelerator == "gpu"
-    assert (cfg.rollout.groups_per_step, cfg.rollout.group_size) == (16, 8)
+    assert (cfg.rollout.tasks_per_iteration, cfg.rollout.group_size) == (16, 8)
     assert cfg.rl.optimizer.lr == 1e-6 and cfg.rl.iterations == 200
 
 
@@ -300,7 +300,7 @@ def test_make_train_is_sampo_sokoban_on_the_cpu():
     assert "src/train.py experiment=sampo_sokoban debug=cpu_small" in makefile
     cfg = compose(["experiment=sampo_sokoban", "debug=cpu_small"])
     assert cfg.task_name == "sampo_sokoban" and cfg.model.name == "tiny" and cfg.rollout.engine == "hf"
-    assert (cfg.rollout.groups_per_step, cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (8, 8, 32)
+    assert (cfg.rollout.tasks_per_iteration, cfg.rollout.group_size, cfg.rollout.max_new_tokens) == (8, 8, 32)
     assert (cfg.rl.iterations, cfg.rl.val_every, cfg.rl.optimizer.lr) == (30, 10, 1e-4)
     assert (cfg.bc.episodes, cfg.bc.epochs, cfg.bc.optimizer.lr) == (1200, 3, 2e-3)
     assert cfg.rollout.val_episodes == 256 and cfg.env.kwargs.prompt_style == "compact"

@@ -23,7 +23,7 @@ CONFIG = {
     "model": {"name": "tiny", "init_from": "/checkout/logs/study/bc_start/bc_policy_hf"},
     "env": {"name": "sokoban", "max_turns": 10, "kwargs": {"dim_room": [6, 6], "num_boxes": 1}},
     "rollout": {"temperature": 1.0, "val_temperature": 0.6, "val_top_p": 0.95, "val_top_k": 20, "val_episodes": 16,
-                "groups_per_step": 2, "group_size": 4},
+                "tasks_per_iteration": 2, "group_size": 4},
     "rl": {"iterations": 2, "val_every": 2, "mini_batches": 8, "optimizer": {"lr": 0.0003}},
     "callbacks": {"collapse": {"kl_threshold": 1.0}},
 }

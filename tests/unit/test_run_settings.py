@@ -142,3 +142,29 @@ def test_a_resume_in_place_relocates_every_path_under_the_run_folder(tmp_path):
     assert dataclasses.replace(moved, paths=run.paths, logger=run.logger, callbacks=run.callbacks, trainer=run.trainer) == run
     sibling = run_settings({**container(compose([], output_dir=str(old))), "task_name": str(old) + "_other"})
     assert sibling.relocated(str(new)).task_name == str(old) + "_other"  # a prefix of a name is not a folder
+
+
+def test_a_renamed_key_given_by_its_old_name_stops_at_start_up_naming_the_new_one(tmp_path):
+    """rollout.groups_per_step is rollout.tasks_per_iteration, algo.entropy_coeff is algo.entropy_coef:
+    a config file or an override that still gives the old name stops the run with the new one named
+    (on the command line before Hydra, which would refuse it as unknown without saying so); archived
+    runs' configs are read under either name."""
+    import subprocess
+    import sys
+
+    from arl.utils.config import lookup, renamed_key_problems, renamed_override_problems
+
+    with pytest.raises(ConfigError, match="rollout.groups_per_step was renamed rollout.tasks_per_iteration"):
+        run_settings(compose(["+rollout.groups_per_step=4"]))
+    assert renamed_key_problems({"algo": {"entropy_coeff": 0.0}, "rollout": {"tasks_per_iteration": 4}}) == [
+        "algo.entropy_coeff was renamed algo.entropy_coef: give algo.entropy_coef instead"]
+    assert renamed_override_problems(["seed=1", "+rollout.groups_per_step=4,8", "algo=grpo"]) == [
+        "rollout.groups_per_step was renamed rollout.tasks_per_iteration: give rollout.tasks_per_iteration instead"]
+    assert renamed_override_problems(["rollout.tasks_per_iteration=4", "rollout.groups_per_step_x=1"]) == []
+    assert lookup({"rollout": {"groups_per_step": 4}}, "rollout.tasks_per_iteration") == 4  # an archived run
+    assert lookup({"rollout": {"tasks_per_iteration": 8, "groups_per_step": 4}}, "rollout.tasks_per_iteration") == 8
+    assert lookup({"rollout": {}}, "rollout.tasks_per_iteration") is None
+    for script in ("src/train.py", "src/plan.py"):
+        out = subprocess.run([sys.executable, str(ROOT / script), "rollout.groups_per_step=4"], capture_output=True,
+                             text=True, cwd=tmp_path, timeout=120)
+        assert out.returncode == 2 and "renamed rollout.tasks_per_iteration" in out.stderr, (script, out.stderr[-500:])

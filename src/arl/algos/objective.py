@@ -8,7 +8,7 @@
 3. truncated IS (``cfg.rollout_correction``): ``loss_mat *= min(exp(old - rollout), cap)``;
 4. ``pg_loss = agg_loss(loss_mat, policy mask, cfg.loss.agg, ...)``;
 5. ``+ kl.coef * agg_loss(kl_penalty(log_prob, ref_log_prob))`` when ``cfg.kl.in_loss``;
-6. ``- entropy_coeff * agg_loss(entropy)``.
+6. ``- entropy_coef * agg_loss(entropy)``.
 
 ``cfg`` is the typed ``algo`` group, :class:`arl.algos.schema.AlgoConfig`.
 
@@ -53,7 +53,7 @@ def actor_loss(
             ``kl.coef > 0``.
         rollout_log_prob: (B, T) rollout-engine log-probs; required when
             ``rollout_correction.enabled``.
-        entropy: (B, T) per-token policy entropy; required when ``entropy_coeff > 0``.
+        entropy: (B, T) per-token policy entropy; required when ``entropy_coef > 0``.
         global_tokens, global_seqs: normalisers of the whole mini-batch
             (:func:`arl.algos.aggregation.normalisers` summed over micro-batches and ranks).
 
@@ -103,9 +103,9 @@ def actor_loss(
     entropy_value = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
     if entropy is not None:
         entropy_value = aggregate(entropy, mask)
-        loss = loss - cfg.entropy_coeff * entropy_value
-    elif cfg.entropy_coeff != 0:
-        raise ValueError("entropy_coeff != 0 needs the per-token entropy")
+        loss = loss - cfg.entropy_coef * entropy_value
+    elif cfg.entropy_coef != 0:
+        raise ValueError("entropy_coef != 0 needs the per-token entropy")
 
     out = {key: value.detach() for key, value in metrics.items()}
     out.update(

@@ -156,7 +156,7 @@ class AlgoConfig:
     advantage: AdvantageConfig = section(AdvantageConfig, "advantage")
     filter: FilterConfig = section(FilterConfig, "dynamic sampling")
     kl: KLConfig = section(KLConfig, "KL penalty")
-    entropy_coeff: float = setting(0.001, "entropy bonus: loss -= entropy_coeff * aggregated entropy", number())
+    entropy_coef: float = setting(0.001, "entropy bonus: loss -= entropy_coef * aggregated entropy", number())
 
 
 # ----------------------------------------------------------------------------------------- walking it

@@ -22,6 +22,7 @@ from arl.analysis.contrasts import Contrast, holm, paired_p, plural
 from arl.analysis.runs import Run, event_files, find_runs, read_config, scalar_tags, seed_of, values_by_setting
 from arl.analysis.stats import _seed_key, contrast_values, parse_contrast
 from arl.analysis.tables import MEASURES
+from arl.utils.config import lookup
 
 # --------------------------------------------------------------------------- measures
 
@@ -146,9 +147,7 @@ class Study:
         config lacks it; lists kept as lists)."""
         values: dict[str, object] = {}
         for r in self.runs:
-            node = self.config(r)
-            for key in path.split("."):
-                node = node.get(key) if isinstance(node, dict) else None
+            node = lookup(self.config(r), path)  # under its old name in a run archived before a rename
             values.setdefault(str(node), node)
         return list(values.values())
 
@@ -167,7 +166,7 @@ class Study:
             "T": f"T {g('rollout.temperature')}", "VT": vt, "val_T": g("rollout.val_temperature"),
             "iterations": g("rl.iterations"), "val_episodes": g("rollout.val_episodes"),
             "val_every": g("rl.val_every"), "lr": g("rl.optimizer.lr"),
-            "mini_batches": g("rl.mini_batches"), "groups": g("rollout.groups_per_step"),
+            "mini_batches": g("rl.mini_batches"), "groups": g("rollout.tasks_per_iteration"),
             "group_size": g("rollout.group_size"), "model": g("model.name"), "env": g("env.name"),
             "turns": g("env.max_turns"), "seeds": ", ".join(seeds),
             "n_seeds": str(len(seeds)), "start": _start_name(g("model.init_from")),

@@ -1,7 +1,7 @@
 """Online data: every training batch is a fresh iteration of rollouts with the current policy.
 
 The train loader is an ``IterableDataset`` that yields one
-:class:`~arl.datamodules.batches.RolloutBatch` per RL iteration: ``groups_per_step`` tasks x
+:class:`~arl.datamodules.batches.RolloutBatch` per RL iteration: ``tasks_per_iteration`` tasks x
 ``group_size`` episodes, passed through the dynamic-sampling filter with re-rollout top-up
 (docs/design.md section 7, "Filter schedule"), then turned into training samples and collated into tensors
 (:func:`arl.agent.samples.collate_episodes`), as the SFT DataModule hands over its batches. The
@@ -17,7 +17,7 @@ continues the same seed stream. Validation episodes use held-out seeds (a range 
 (the paper's T 0.6, top-p 0.95, top-k 20; greedy with ``val_temperature=0``), from a generator of
 their own so validation never moves the training stream.
 
-Under data parallelism (DDP, FSDP) ``groups_per_step`` and ``val_episodes`` are global: every
+Under data parallelism (DDP, FSDP) ``tasks_per_iteration`` and ``val_episodes`` are global: every
 rank draws the same seed list and rolls out its own contiguous share of it (rank r of W takes
 groups ``[G r / W, G (r+1) / W)``), so ranks do different tasks and one process with the same
 config does exactly the union. Each rollout metric carries how it combines over ranks
@@ -142,7 +142,7 @@ class RolloutDataModule(LightningDataModule):
     Args:
         agent_loop: renders prompts, calls the engine, steps the environments.
         iterations: RL iterations (batches) in the whole run.
-        groups_per_step, group_size: tasks per iteration and episodes per task.
+        tasks_per_iteration, group_size: tasks per iteration and episodes per task.
         sampling, val_sampling: sampling parameters for training and validation.
         val_episodes, val_batch_size: held-out episodes per validation, episodes per engine batch.
         seed: base of the task-seed stream.
@@ -151,7 +151,7 @@ class RolloutDataModule(LightningDataModule):
         filter_cold_start: iterations before the filter starts (all groups kept until then).
         fill_last_round: the last round fills what is still missing with its other groups
             (the filter's groups first, then the rest in task order), so a batch always holds
-            ``groups_per_step`` groups, as the official trainers do; False trains on what the
+            ``tasks_per_iteration`` groups, as the official trainers do; False trains on what the
             filter kept.
         group_filter: the configured filter with its settings bound (``(returns=, group_ids=,
             valid_ratio=) -> FilterResult``, :func:`arl.algos.filters.group_filter`), or None to
@@ -163,7 +163,7 @@ class RolloutDataModule(LightningDataModule):
         self,
         agent_loop: AgentLoop,
         iterations: int,
-        groups_per_step: int,
+        tasks_per_iteration: int,
         group_size: int,
         sampling: SamplingParams,
         val_sampling: SamplingParams,
@@ -180,7 +180,7 @@ class RolloutDataModule(LightningDataModule):
         self.pad_id = int(pad_id)
         self.agent_loop = agent_loop
         self.iterations = iterations
-        self.groups_per_step = groups_per_step
+        self.tasks_per_iteration = tasks_per_iteration
         self.group_size = group_size
         self.sampling = sampling
         self.val_sampling = val_sampling
@@ -247,7 +247,7 @@ class RolloutDataModule(LightningDataModule):
         self._prepare_rng()
         it = self.iteration
         rank, world = self.rank_and_world()
-        lo, hi = rank_share(self.groups_per_step, rank, world)
+        lo, hi = rank_share(self.tasks_per_iteration, rank, world)
         target = hi - lo
         t0 = time.perf_counter()
         kept: list[Episode] = []
@@ -283,8 +283,8 @@ class RolloutDataModule(LightningDataModule):
     def _rollout_round(self, it: int, rounds: int, lo: int, hi: int) -> tuple[list[Task], list[Episode]]:
         """(tasks, episodes) of this rank's groups ``[lo, hi)`` in rollout round ``rounds`` of
         iteration ``it``: ``group_size`` episodes a task, group ids unique over rounds and ranks."""
-        seeds = train_task_seeds(self.seed, it, rounds, self.groups_per_step)[lo:hi]
-        base = rounds * self.groups_per_step + lo
+        seeds = train_task_seeds(self.seed, it, rounds, self.tasks_per_iteration)[lo:hi]
+        base = rounds * self.tasks_per_iteration + lo
         tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
         episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size) if tasks else []
         return tasks, episodes

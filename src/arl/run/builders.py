@@ -241,7 +241,7 @@ def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, module: AgenticR
     return RolloutDataModule(
         loop,
         iterations=run.rl.iterations,
-        groups_per_step=r.groups_per_step,
+        tasks_per_iteration=r.tasks_per_iteration,
         group_size=r.group_size,
         sampling=sampling_params(r),
         val_sampling=sampling_params(r, validation=True),

@@ -34,7 +34,7 @@ from arl.models.config import ModelSettings, without_missing_path
 from arl.plan.memory import ENGINES
 from arl.rollout.hf_engine import HF_CACHES
 from arl.rollout.vllm_config import VLLM_BLOCK, VLLMSettings
-from arl.utils.config import ConfigError, container, typed_section
+from arl.utils.config import ConfigError, container, renamed_key_problems, typed_section
 from arl.utils.schema import (
     BOOLEAN,
     INSTANTIABLE,
@@ -82,7 +82,7 @@ class RolloutSettings:
     """``rollout``: sampling, batch sizes, validation and the engine (configs/rollout/)."""
 
     engine: str = required(one_of(ENGINES))
-    groups_per_step: int = required(COUNT)
+    tasks_per_iteration: int = required(COUNT)
     group_size: int = required(COUNT)
     temperature: float = required(number(0.0))
     top_p: float = required(PROBABILITY)
@@ -296,7 +296,8 @@ def run_settings(c: Mapping[str, Any]) -> RunSettings:
     c = container(c)
     typed = {**GROUPS, "algo": AlgoConfig, "paths": PathSettings}
     node = {**c, "model": without_missing_path(c.get("model"))}
-    errors = [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
+    errors = renamed_key_problems(c)
+    errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
     errors += _top_level_problems(c)
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
@@ -333,7 +334,8 @@ def eval_settings(c: Mapping[str, Any]) -> EvalSettings:
     c = container(c)
     typed = {"env": EnvSettings, "rollout": RolloutSettings, "model": ModelSettings, "paths": PathSettings}
     node = {**c, "model": without_missing_path(c.get("model"))}
-    errors = [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
+    errors = renamed_key_problems(c)
+    errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
     errors += [e for e in _top_level_problems({**c, "task_name": c.get("task_name") or "eval"}) if e.startswith("seed")]
     if not isinstance(c.get("save_episodes"), bool):
         errors.append(f"save_episodes={c.get('save_episodes')!r} must be true or false")

@@ -41,6 +41,50 @@ class ConfigError(ValueError):
     """A config value is invalid; the message names the key."""
 
 
+# keys renamed since runs were archived: old dotted name -> new. A config (or a command-line override)
+# that still gives the old name stops at start-up naming the new one; readers of archived runs' configs
+# find the value under either name (:func:`lookup`).
+RENAMED_KEYS = {
+    "rollout.groups_per_step": "rollout.tasks_per_iteration",  # tasks an iteration: "step" is an optimiser step
+    "algo.entropy_coeff": "algo.entropy_coef",  # as kl.coef
+}
+
+
+def _get(node: Any, path: str) -> Any:
+    for key in path.split("."):
+        node = node.get(key) if hasattr(node, "get") else None
+    return node
+
+
+def lookup(config: Any, path: str) -> Any:
+    """The value at the dotted ``path`` of a config mapping (None where it lacks it), read under the
+    key's old name (:data:`RENAMED_KEYS`) in a config written before the rename."""
+    value = _get(config, path)
+    if value is None:
+        old = next((o for o, new in RENAMED_KEYS.items() if new == path), None)
+        value = _get(config, old) if old else None
+    return value
+
+
+def _has(config: Any, path: str) -> bool:
+    parent, key = path.rsplit(".", 1)
+    node = _get(config, parent)
+    return hasattr(node, "keys") and key in node
+
+
+def renamed_key_problems(config: Any) -> list[str]:
+    """A sentence for each renamed key the config still gives by its old name (a config file
+    written before the rename)."""
+    return [f"{old} was renamed {new}: give {new} instead" for old, new in RENAMED_KEYS.items() if _has(config, old)]
+
+
+def renamed_override_problems(overrides: list[str]) -> list[str]:
+    """A sentence for each command-line override (``key=value``, ``+key=value``, ``~key``) that sets
+    a renamed key by its old name: Hydra would refuse it as an unknown key without naming the new one."""
+    keys = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    return [f"{old} was renamed {new}: give {new} instead" for old, new in RENAMED_KEYS.items() if old in keys]
+
+
 def typed_section(cls: type, node: Any, path: str) -> Any:
     """The checked, typed section ``cls`` (:mod:`arl.utils.schema`) of the config node ``node`` at
     ``path`` (plain containers or a ``DictConfig``; an instance of ``cls`` is returned as it is).

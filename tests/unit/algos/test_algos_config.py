@@ -199,7 +199,7 @@ def test_sampo_preset_values() -> None:
     assert algo["advantage"]["name"] == "gigpo" and algo["filter"]["name"] == "dapo"
     assert (algo["advantage"]["gamma"], algo["advantage"]["step_weight"]) == (0.95, 1.0)
     assert algo["kl"] == {"coef": 0.01, "estimator": "k3", "in_loss": True}
-    assert algo["entropy_coeff"] == 0.001
+    assert algo["entropy_coef"] == 0.001
     cfg = algos.algo_config(algo).advantage
     assert cfg.name == "gigpo" and advantages.estimator_kwargs(cfg) == {
         "gamma": 0.95,
@@ -271,7 +271,7 @@ BAD_VALUES = [
     ("kl.coef", -0.01),
     ("kl.estimator", "k4"),
     ("kl.in_loss", "no"),
-    ("entropy_coeff", float("nan")),
+    ("entropy_coef", float("nan")),
 ]
 
 
@@ -322,8 +322,8 @@ def test_algo_config_is_typed() -> None:
     algo["filter"]["name"] = "stage_aware"
     cfg = algos.algo_config(algo)
     assert isinstance(cfg.loss.clip_ratio_c, float) and cfg.loss.clip_ratio_c == 4.0
-    assert (cfg.kl.coef, cfg.kl.estimator, cfg.kl.in_loss, cfg.entropy_coeff) == (0.01, "k3", True, 0.001)
+    assert (cfg.kl.coef, cfg.kl.estimator, cfg.kl.in_loss, cfg.entropy_coef) == (0.01, "k3", True, 0.001)
     assert filters.filter_kwargs(cfg.filter) == {"valid_ratio_threshold": 0.9, "atol": 0.0}
     assert algos.algo_config(cfg) is cfg
-    changed = schema.replace(cfg, **{"loss.horizon": 64, "entropy_coeff": 0.0})
-    assert (changed.loss.horizon, changed.entropy_coeff, changed.loss.clip_ratio_c) == (64, 0.0, 4.0)
+    changed = schema.replace(cfg, **{"loss.horizon": 64, "entropy_coef": 0.0})
+    assert (changed.loss.horizon, changed.entropy_coef, changed.loss.clip_ratio_c) == (64, 0.0, 4.0)

@@ -20,7 +20,7 @@ F64 = torch.float64
 def algo(**changes) -> AlgoConfig:
     """The schema's defaults without KL and entropy (each test turns on what it checks), with
     dotted ``changes`` (``**{"kl.coef": 0.5}``)."""
-    return replace(AlgoConfig(), **{"kl.coef": 0.0, "entropy_coeff": 0.0, **changes})
+    return replace(AlgoConfig(), **{"kl.coef": 0.0, "entropy_coef": 0.0, **changes})
 
 
 def t(values) -> torch.Tensor:
@@ -32,7 +32,7 @@ def test_actor_loss_hand() -> None:
     cfg = algo(**{
         "loss.name": "reinforce", "loss.agg": "token-mean", "seq_mask.enabled": True, "seq_mask.delta": 0.1,
         "rollout_correction.enabled": True, "rollout_correction.cap": 2.0, "kl.coef": 0.5, "kl.estimator": "k1",
-        "entropy_coeff": 0.1,
+        "entropy_coef": 0.1,
     })  # fmt: skip
     log_prob = t([[-1.0, -1.0], [-2.0, -2.0]]).requires_grad_(True)
     old = t([[-1.0, -1.0], [-1.5, -1.5]])  # seq1 drifted by 0.5 > 0.1 and has A < 0: masked
@@ -82,7 +82,7 @@ def test_actor_loss_missing_inputs() -> None:
     with pytest.raises(ValueError, match="rollout_log_prob"):
         actor_loss(lp, lp, adv, mask, algo(**{"rollout_correction.enabled": True}))
     with pytest.raises(ValueError, match="entropy"):
-        actor_loss(lp, lp, adv, mask, algo(entropy_coeff=0.1))
+        actor_loss(lp, lp, adv, mask, algo(entropy_coef=0.1))
     with pytest.raises(KeyError, match="valid: cispo, gspo, ppo_clip, reinforce, sapo"):
         actor_loss(lp, lp, adv, mask, algo(**{"loss.name": "nope"}))
 
@@ -114,7 +114,7 @@ def test_actor_loss_split_invariance(seed, b, length, mode, name, data) -> None:
     cfg = algo(**{
         "loss.name": name, "loss.agg": mode, "loss.clip_ratio_low": 0.1, "loss.clip_ratio_high": 0.1,
         "seq_mask.enabled": True, "seq_mask.delta": 0.05, "rollout_correction.enabled": True,
-        "rollout_correction.cap": 1.5, "kl.coef": 0.1, "entropy_coeff": 0.01,
+        "rollout_correction.cap": 1.5, "kl.coef": 0.1, "entropy_coef": 0.01,
     })  # fmt: skip
     tokens, seqs = aggregation.normalisers(inputs["response_mask"])
 

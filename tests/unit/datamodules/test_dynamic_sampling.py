@@ -53,7 +53,7 @@ class ScriptedLoop:
 def _dm(script, filter_name="dapo", rounds=3, cold_start=0, fill=True, groups=4, valid=True):
     params = SamplingParams(temperature=1.0, max_new_tokens=4, stop=())
     return RolloutDataModule(
-        ScriptedLoop(script, valid), iterations=10, groups_per_step=groups, group_size=2, sampling=params, val_sampling=params,
+        ScriptedLoop(script, valid), iterations=10, tasks_per_iteration=groups, group_size=2, sampling=params, val_sampling=params,
         max_rollout_rounds=rounds, group_filter=filters.group_filter(FilterConfig(name=filter_name)),
         filter_cold_start=cold_start, fill_last_round=fill, pad_id=0,
     )

@@ -34,7 +34,7 @@ class _FakeLoop:
 
 def _dm(loop, **kw):
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, stop=())
-    return RolloutDataModule(loop, iterations=5, groups_per_step=4, group_size=2, sampling=params, val_sampling=params, seed=7, **kw)
+    return RolloutDataModule(loop, iterations=5, tasks_per_iteration=4, group_size=2, sampling=params, val_sampling=params, seed=7, **kw)
 
 
 def test_resumed_datamodule_continues_the_seed_stream_and_the_rng():
