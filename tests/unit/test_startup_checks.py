@@ -12,7 +12,7 @@ from arl.run.checks import _check_vllm, _version_tuple
 from arl.utils.config import ConfigError
 from arl_testing import vllm_config
 
-CFG = {"rollout": {"engine": "vllm", "vllm": vllm_config(enable_sleep_mode=True)}}
+VLLM_BLOCK = vllm_config(enable_sleep_mode=True)  # rollout.vllm
 
 
 def _fake_vllm(monkeypatch, version: str | None):
@@ -32,20 +32,20 @@ def test_version_tuple():
 def test_a_vllm_that_fails_to_import_stops_the_run(monkeypatch):
     _fake_vllm(monkeypatch, None)
     with pytest.raises(ConfigError, match="import vllm` fails"):
-        _check_vllm(CFG)
+        _check_vllm(VLLM_BLOCK)
 
 
 def test_vllm_versions(monkeypatch):
     _fake_vllm(monkeypatch, "0.10.1")
     with pytest.raises(ConfigError, match="needs vllm >= 0.11"):
-        _check_vllm(CFG)
+        _check_vllm(VLLM_BLOCK)
     _fake_vllm(monkeypatch, "0.20.0")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     with pytest.raises(ConfigError, match="expandable_segments"):
-        _check_vllm(CFG)
+        _check_vllm(VLLM_BLOCK)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF")
     with pytest.warns(UserWarning, match="older than the version the engine was tested with"):
-        _check_vllm(CFG)
+        _check_vllm(VLLM_BLOCK)
     _fake_vllm(monkeypatch, "0.32.0")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    _check_vllm(CFG)  # 0.32's sleep-mode pool turns expandable segments off around itself
+    _check_vllm(VLLM_BLOCK)  # 0.32's sleep-mode pool turns expandable segments off around itself
