@@ -819,28 +819,28 @@ def _real_pages_copy(tmp_path):
 
 @pytest.mark.timeout(180)
 def test_a_wrong_number_planted_in_the_real_pages_prose_fails_the_check(tmp_path, capsys):
-    """docs/results.md's prose about the ALFWorld study, with a generated value changed by hand and a
+    """docs/results.md's prose about the ALFWorld archives, with a generated value changed by hand and a
     number typed in: `findings --check` names both (and nothing else: the rest is the real page)."""
     from report import main
 
     docs = _real_pages_copy(tmp_path)
     page = docs / "results.md"
     text = page.read_text()
-    value = "<!-- value alfworld_cpu_study range peak-kl -->0.068-0.123<!-- /value -->"
-    assert text.count(value) == 1  # the runs' peak KL (seeds 1-3)
-    typed = "**SAMPO - GRPO is inconclusive.**"
+    value = "<!-- value alfworld_confirmation contrast algo=sampo gain -->-0.008 [-0.073, +0.058] (1/4 above 0), Holm 0.981<!-- /value -->"
+    assert text.count(value) == 1  # the earlier ALFWorld confirmation's SAMPO gain (seeds 4-7)
+    typed = "inconclusive over its seeds;"
     assert text.count(typed) == 1
-    text = text.replace(value, value.replace("0.123", "0.223")).replace(typed, typed + " GRPO lost 29 games.")
+    text = text.replace(value, value.replace("+0.058", "+0.158")).replace(typed, typed + " GRPO lost 29 games.")
     page.write_text(text)
     lines = text.splitlines()
-    at_value = next(i for i, line in enumerate(lines) if "range peak-kl -->0.068-0.223" in line) + 1
+    at_value = next(i for i, line in enumerate(lines) if "[-0.073, +0.158]" in line) + 1
     at_typed = next(i for i, line in enumerate(lines) if "GRPO lost 29 games" in line) + 1
     assert main(["findings", str(docs / "results" / "findings.yaml"), "--check"]) == 1
     captured = capsys.readouterr()
     found = [line for line in captured.out.splitlines() if line]
     assert len(found) == 2, found
-    assert found[0].endswith(f"results.md:{at_value}: [value alfworld_cpu_study range peak-kl] the page has "
-                             "0.223, the archive gives 0.123")
+    assert found[0].endswith(f"results.md:{at_value}: [value alfworld_confirmation contrast algo=sampo gain] the "
+                             "page has +0.158, the archive gives +0.058")
     assert f"results.md:{at_typed}: a number in the prose that no archive checks: 29 in " in found[1]
     assert "2 difference(s)" in captured.err
 
