@@ -28,7 +28,7 @@ from arl.distributed.threads import parse_setting
 from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
 from arl.envs.registry import env_names
 from arl.models.config import ModelSettings, validate_model_config
-from arl.rollout.vllm_config import vllm_settings
+from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.run.loggers import tracker_problem
 from arl.run.settings import RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
@@ -178,7 +178,7 @@ def _version_tuple(version: str) -> tuple[int, int]:
     return (int(parts[0]), int(parts[1])) if len(parts) == 2 else (0, 0)
 
 
-def _check_vllm(vllm_block: Mapping[str, Any]) -> None:
+def _check_vllm(vllm_block: Mapping[str, Any] | VLLMSettings) -> None:
     """Import vllm now (a broken install, such as a torch it was not built for or a CUDA-only
     library on a CPU machine, shows here, not after behaviour cloning) and check its version."""
     try:

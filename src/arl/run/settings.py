@@ -273,11 +273,13 @@ def loss_horizon(algo: AlgoConfig, env: EnvSettings, rollout: RolloutSettings) -
     return rollout.max_new_tokens
 
 
-def _top_level_problems(c: Mapping[str, Any]) -> list[str]:
-    errors = []
+def _seed_problems(c: Mapping[str, Any]) -> list[str]:
     seed = c.get("seed")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        errors.append(f"seed={seed!r} must be an integer")
+    return [] if isinstance(seed, int) and not isinstance(seed, bool) else [f"seed={seed!r} must be an integer"]
+
+
+def _top_level_problems(c: Mapping[str, Any]) -> list[str]:
+    errors = _seed_problems(c)
     if not isinstance(c.get("task_name"), str) or not c.get("task_name"):
         errors.append(f"task_name={c.get('task_name')!r} must be a non-empty string")
     for key in ("ckpt_path", "optimized_metric"):
@@ -289,19 +291,25 @@ def _top_level_problems(c: Mapping[str, Any]) -> list[str]:
     return errors
 
 
+def _typed_sections(c: dict[str, Any], typed: dict[str, type], other_problems: list[str]) -> dict[str, Any]:
+    """The sections ``typed`` (name -> schema) of the config ``c``, built; one :class:`ConfigError`
+    lists every key given by its old name, every missing, unknown or invalid key of the sections and
+    the ``other_problems``."""
+    node = {**c, "model": without_missing_path(c.get("model"))}
+    errors = renamed_key_problems(c)
+    errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
+    errors += other_problems
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+    return {name: build(cls, node[name]) for name, cls in typed.items()}
+
+
 def run_settings(c: Mapping[str, Any]) -> RunSettings:
     """The checked, typed training config ``c`` (plain containers or a ``DictConfig``); one
     :class:`ConfigError` lists every missing, unknown or invalid key of its typed groups (``env``,
     ``rollout``, ``rl``, ``bc``, ``model``, ``algo``, ``paths``) and top-level keys."""
     c = container(c)
-    typed = {**GROUPS, "algo": AlgoConfig, "paths": PathSettings}
-    node = {**c, "model": without_missing_path(c.get("model"))}
-    errors = renamed_key_problems(c)
-    errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
-    errors += _top_level_problems(c)
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
-    groups = {name: build(cls, node[name]) for name, cls in typed.items()}
+    groups = _typed_sections(c, {**GROUPS, "algo": AlgoConfig, "paths": PathSettings}, _top_level_problems(c))
     groups["algo"] = algo_schema.replace(
         groups["algo"], **{"loss.horizon": loss_horizon(groups["algo"], groups["env"], groups["rollout"])}
     )
@@ -332,14 +340,8 @@ class EvalSettings:
 def eval_settings(c: Mapping[str, Any]) -> EvalSettings:
     """The checked, typed evaluation config ``c`` (one :class:`ConfigError` lists every bad key)."""
     c = container(c)
-    typed = {"env": EnvSettings, "rollout": RolloutSettings, "model": ModelSettings, "paths": PathSettings}
-    node = {**c, "model": without_missing_path(c.get("model"))}
-    errors = renamed_key_problems(c)
-    errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
-    errors += [e for e in _top_level_problems({**c, "task_name": c.get("task_name") or "eval"}) if e.startswith("seed")]
+    others = _seed_problems(c)
     if not isinstance(c.get("save_episodes"), bool):
-        errors.append(f"save_episodes={c.get('save_episodes')!r} must be true or false")
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
-    return EvalSettings(**{name: build(cls, node[name]) for name, cls in typed.items()}, seed=c["seed"],
-                        save_episodes=c["save_episodes"])
+        others.append(f"save_episodes={c.get('save_episodes')!r} must be true or false")
+    typed = {"env": EnvSettings, "rollout": RolloutSettings, "model": ModelSettings, "paths": PathSettings}
+    return EvalSettings(**_typed_sections(c, typed, others), seed=c["seed"], save_episodes=c["save_episodes"])

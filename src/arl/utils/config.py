@@ -8,6 +8,7 @@ The start-up validation of the composed config sits above every room, in :mod:`a
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -72,17 +73,21 @@ def _has(config: Any, path: str) -> bool:
     return hasattr(node, "keys") and key in node
 
 
+def _renamed(given: Callable[[str], bool]) -> list[str]:
+    return [f"{old} was renamed {new}: give {new} instead" for old, new in RENAMED_KEYS.items() if given(old)]
+
+
 def renamed_key_problems(config: Any) -> list[str]:
     """A sentence for each renamed key the config still gives by its old name (a config file
     written before the rename)."""
-    return [f"{old} was renamed {new}: give {new} instead" for old, new in RENAMED_KEYS.items() if _has(config, old)]
+    return _renamed(lambda old: _has(config, old))
 
 
 def renamed_override_problems(overrides: list[str]) -> list[str]:
     """A sentence for each command-line override (``key=value``, ``+key=value``, ``~key``) that sets
     a renamed key by its old name: Hydra would refuse it as an unknown key without naming the new one."""
     keys = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
-    return [f"{old} was renamed {new}: give {new} instead" for old, new in RENAMED_KEYS.items() if old in keys]
+    return _renamed(keys.__contains__)
 
 
 def typed_section(cls: type, node: Any, path: str) -> Any:
