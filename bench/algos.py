@@ -138,10 +138,10 @@ def bench_advantages(num_samples: int, repeats: int) -> list[tuple[str, str, flo
     data = turn_batch(num_samples)
     n = data["step_rewards"].numel()
     rows: list[tuple[str, str, float, float | None]] = []
+    table = advantages.TurnTable(**data)
     for name in advantages.ESTIMATORS.names():
-        fn = advantages.get(name)
-        settings = advantages.estimator_kwargs(schema.AdvantageConfig(name=name))
-        rows.append((f"advantage/{name}", f"N={n}", time_ms(lambda fn=fn, kw=settings: fn(**data, **kw), repeats), None))
+        fn, cfg = advantages.get(name), schema.AdvantageConfig(name=name)
+        rows.append((f"advantage/{name}", f"N={n}", time_ms(lambda fn=fn, cfg=cfg: fn(table, cfg), repeats), None))
     rows.append(
         (
             "step_returns",

@@ -25,18 +25,18 @@ advantage), ``center`` subtracts the group mean without dividing by a std (the p
 size), ``zero`` gives such turns no advantage (in a penalty-only group both GiGPO parts; in a
 penalty-only step group of a group with differing returns, the step part).
 
-One registered function per estimator, all with the same keyword-only signature::
+One registered function per estimator, all with one signature (verl's: the tensors, then the config)::
 
-    get(name)(step_rewards=, episode_ids=, turn_idx=, group_ids=, anchor_keys=, valid=, **settings)
-        -> (advantages, metrics)
+    get(name)(turns: TurnTable, cfg: AdvantageConfig) -> (advantages, metrics)
 
 as the policy losses return ``(loss_mat, metrics)``: ``advantages`` (N,), one per turn sample, and
 ``metrics`` the estimator's own diagnostics, 0-dim tensors by short name (the module logs them under
-``adv/``; GiGPO's ``step_std``, none for GRPO and RLOO).
+``adv/``; GiGPO's ``step_std``, none for GRPO and RLOO). :class:`TurnTable` holds the six tensors
+above and checks their shapes once.
 
 The settings are keys of the ``algo.advantage`` block (:class:`arl.algos.schema.AdvantageConfig`,
-where their defaults live; the functions have none): :func:`estimator_kwargs` picks the ones an
-estimator takes. :func:`step_returns` and :func:`gigpo_parts` are GiGPO's pieces, for diagnostics.
+where their defaults live; the functions have none); each estimator reads the keys it uses (its
+docstring names them). :func:`step_returns` and :func:`gigpo_parts` are GiGPO's pieces, for diagnostics.
 
 All grouping is vectorised (``torch.unique(return_inverse=True)``, ``bincount``, ``index_add_``;
 gathers use ``index_select``, which stays fast on CPU when other processes compete for the cores,
@@ -48,12 +48,13 @@ rewards (float32 for integer input). GiGPO on 20,000 turn samples takes about 10
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry, keyword_parameters
+from arl.algos.registry import Registry
 
 if TYPE_CHECKING:  # the schema imports this module for the registry's names
     from arl.algos.schema import AdvantageConfig
@@ -63,7 +64,7 @@ NORM_MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
 #: normalised: as any other group (the official code), centred without dividing by its std, or not at all
 PENALTY_ONLY_MODES: tuple[str, ...] = ("normalise", "center", "zero")
 
-#: the tensor inputs of a turn-level estimator
+#: the tensor inputs of a turn-level estimator, the fields of :class:`TurnTable`
 DATA_KEYS: tuple[str, ...] = (
     "step_rewards",
     "episode_ids",
@@ -73,7 +74,30 @@ DATA_KEYS: tuple[str, ...] = (
     "valid",
 )
 
-TurnEstimator = Callable[..., tuple[Tensor, dict[str, Tensor]]]
+
+@dataclass(frozen=True)
+class TurnTable:
+    """The N turn samples an estimator reads: six (N,) tensors in any order (module docstring).
+
+    Construction checks that each is 1-D and that all have one length, ``n``.
+    """
+
+    step_rewards: Tensor
+    episode_ids: Tensor
+    turn_idx: Tensor
+    group_ids: Tensor
+    anchor_keys: Tensor
+    valid: Tensor
+
+    def __post_init__(self) -> None:
+        _check_1d(**{key: getattr(self, key) for key in DATA_KEYS})
+
+    @property
+    def n(self) -> int:
+        return int(self.step_rewards.shape[0])
+
+
+TurnEstimator = Callable[[TurnTable, "AdvantageConfig"], tuple[Tensor, dict[str, Tensor]]]
 ESTIMATORS: Registry[TurnEstimator] = Registry("advantage estimator")
 get = ESTIMATORS.get
 
@@ -138,15 +162,14 @@ def _group_std(values: Tensor, index: Tensor, count: Tensor, mean: Tensor) -> Te
 def _group_normalise(
     targets: Tensor,
     target_group: Tensor,
-    stat_values: Tensor,
-    stat_group: Tensor,
-    num_groups: int,
+    stats: tuple[Tensor, Tensor, int],
     norm_by_std: bool,
     eps: float,
     undivided: Tensor | None = None,
 ) -> Tensor:
-    """GRPO normalisation: (target - mean_g) / (std_g + eps) with stats over ``stat_values``;
-    targets where ``undivided`` (a (N,) bool over the targets, or None) are only centred.
+    """GRPO normalisation: (target - mean_g) / (std_g + eps) with the statistics over ``stats``, the
+    values (M,), their group (M,) and the number of groups; targets where ``undivided`` (a (N,) bool over
+    the targets, or None) are only centred.
 
     A group with a single statistic value gets mean 0 and std 1 (the target passes unchanged, up
     to the 1 / (1 + eps) factor). A group whose statistic values are all equal (std 0) is divided by
@@ -154,6 +177,7 @@ def _group_normalise(
     mean and the advantage is 0 either way; where they are not (per-episode returns as statistics,
     scores with a penalty as targets) a -0.1 penalty would otherwise become -0.1 / 1e-6.
     """
+    stat_values, stat_group, num_groups = stats
     count, mean = _group_mean(stat_values, stat_group, num_groups)
     single = count <= 1
     adv = targets - _gather(torch.where(single, torch.zeros_like(mean), mean), target_group)
@@ -263,16 +287,14 @@ class _Turns:
         scores (N,) turn scores = episode return + own penalty.
     """
 
-    def __init__(
-        self, step_rewards: Tensor, episode_ids: Tensor, group_ids: Tensor, valid: Tensor, invalid_penalty: float
-    ):
-        self.group_index, self.num_groups = _dense_index(group_ids)
-        self.episode_index, self.num_episodes = _dense_pair_index(self.group_index, episode_ids)
+    def __init__(self, table: TurnTable, invalid_penalty: float):
+        self.group_index, self.num_groups = _dense_index(table.group_ids)
+        self.episode_index, self.num_episodes = _dense_pair_index(self.group_index, table.episode_ids)
         self.episode_group = self.group_index.new_zeros(self.num_episodes).scatter_(
             0, self.episode_index, self.group_index
         )
-        self.rewards = _float64(step_rewards)
-        self.penalty = _penalty(valid, invalid_penalty)
+        self.rewards = _float64(table.step_rewards)
+        self.penalty = _penalty(table.valid, invalid_penalty)
         self.returns = _segment_sum(self.rewards, self.episode_index, self.num_episodes)
         self.scores = _gather(self.returns, self.episode_index) + self.penalty
 
@@ -296,53 +318,34 @@ def _zero_where(adv: Tensor, mask: Tensor | None) -> Tensor:
     return adv if mask is None else torch.where(mask, torch.zeros_like(adv), adv)
 
 
-def gigpo_parts(
-    *,
-    step_rewards: Tensor,
-    episode_ids: Tensor,
-    turn_idx: Tensor,
-    group_ids: Tensor,
-    anchor_keys: Tensor,
-    valid: Tensor,
-    gamma: float,
-    norm: str,
-    invalid_penalty: float,
-    penalty_only_groups: str,
-    eps: float,
-) -> tuple[Tensor, Tensor]:
+def gigpo_parts(table: TurnTable, cfg: AdvantageConfig) -> tuple[Tensor, Tensor]:
     """GiGPO's two parts, (A_E, A_S) in float64, as :func:`gigpo` defines them; ``gigpo`` returns
-    A_E + step_weight * A_S. The step part alone is what ``adv/step_std`` logs.
+    A_E + step_weight * A_S. The step part alone is what ``adv/step_std`` logs. Settings: ``gamma``,
+    ``norm``, ``invalid_penalty``, ``penalty_only_groups``, ``eps``.
 
     Shapes: all inputs (N,) in any order -> ((N,), (N,)).
     """
-    n = _check_1d(
-        step_rewards=step_rewards,
-        episode_ids=episode_ids,
-        turn_idx=turn_idx,
-        group_ids=group_ids,
-        anchor_keys=anchor_keys,
-        valid=valid,
-    )
+    gamma, norm, penalty_only_groups, eps = cfg.gamma, cfg.norm, cfg.penalty_only_groups, cfg.eps
     _check_norm(norm)
     _check_penalty_only(penalty_only_groups)
-    if n == 0:
-        empty = step_rewards.new_zeros(0, dtype=torch.float64)
+    if table.n == 0:
+        empty = table.step_rewards.new_zeros(0, dtype=torch.float64)
         return empty, empty
     by_std = norm == "mean_std_norm"
-    turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
+    turns = _Turns(table, cfg.invalid_penalty)
     group_index, num_groups = turns.group_index, turns.num_groups
 
     # episode part: GRPO over the turn scores of the group (cross-step statistics)
     only = _penalty_only_turns(turns, penalty_only_groups)
     undivided = only if penalty_only_groups == "center" else None
     episode_adv = _group_normalise(
-        turns.scores, group_index, turns.scores, group_index, num_groups, by_std, eps, undivided
+        turns.scores, group_index, (turns.scores, group_index, num_groups), by_std, eps, undivided
     )
 
     # step part: discounted return (+ own penalty) relative to its anchor-state cluster
-    raw_returns = _discounted_returns(turns.rewards, turns.episode_index, turns.num_episodes, turn_idx, gamma)
+    raw_returns = _discounted_returns(turns.rewards, turns.episode_index, turns.num_episodes, table.turn_idx, gamma)
     returns = raw_returns + turns.penalty
-    cluster_index, num_clusters = _anchor_clusters(group_index, anchor_keys)
+    cluster_index, num_clusters = _anchor_clusters(group_index, table.anchor_keys)
     count, mean = _group_mean(returns, cluster_index, num_clusters)
     step_adv = returns - _gather(mean, cluster_index)  # exactly 0 for a cluster of one
     # the step part's penalty-only turns: those of penalty-only groups and of penalty-only step groups
@@ -378,20 +381,7 @@ def shared_anchor_fraction(group_ids: Tensor, anchor_keys: Tensor) -> float:
 # turn-level estimators (uniform signature)
 # --------------------------------------------------------------------------------------------
 @ESTIMATORS.register("grpo")
-def grpo(
-    *,
-    step_rewards: Tensor,
-    episode_ids: Tensor,
-    turn_idx: Tensor,
-    group_ids: Tensor,
-    anchor_keys: Tensor,
-    valid: Tensor,
-    norm_by_std: bool,
-    cross_steps: bool,
-    invalid_penalty: float,
-    penalty_only_groups: str,
-    eps: float,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def grpo(table: TurnTable, cfg: AdvantageConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """GRPO group-normalised advantage (Shao et al., DeepSeekMath 2024) on turn samples.
 
     Score of a turn = its episode's return (+ ``invalid_penalty`` if its action did not parse);
@@ -401,56 +391,47 @@ def grpo(
     as the official GiGPO/verl-agent code); ``False``: over one return per episode (raw, no
     penalty), then applied to each turn's score. With one turn per episode this is the
     single-turn GRPO of the scores. Penalty-only groups as ``penalty_only_groups`` says (module
-    docstring). ``turn_idx`` and ``anchor_keys`` are unused.
+    docstring). ``turn_idx`` and ``anchor_keys`` are unused. Settings: ``norm_by_std``, ``cross_steps``,
+    ``invalid_penalty``, ``penalty_only_groups``, ``eps``.
 
     Shapes: all inputs (N,) -> advantages (N,); no metrics.
     """
-    del turn_idx, anchor_keys
+    penalty_only_groups = cfg.penalty_only_groups
     _check_penalty_only(penalty_only_groups)
-    if _check_1d(step_rewards=step_rewards, episode_ids=episode_ids, group_ids=group_ids, valid=valid) == 0:
-        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards)), {}
-    turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
-    if cross_steps:
+    if table.n == 0:
+        return table.step_rewards.new_zeros(0, dtype=_out_dtype(table.step_rewards)), {}
+    turns = _Turns(table, cfg.invalid_penalty)
+    if cfg.cross_steps:
         stat_values, stat_group = turns.scores, turns.group_index
     else:
         stat_values, stat_group = turns.returns, turns.episode_group
     only = _penalty_only_turns(turns, penalty_only_groups)
     undivided = only if penalty_only_groups == "center" else None
-    adv = _group_normalise(turns.scores, turns.group_index, stat_values, stat_group, turns.num_groups, norm_by_std,
-                           eps, undivided)
+    adv = _group_normalise(turns.scores, turns.group_index, (stat_values, stat_group, turns.num_groups),
+                           cfg.norm_by_std, cfg.eps, undivided)
     if penalty_only_groups == "zero":
         adv = _zero_where(adv, only)
-    return adv.to(_out_dtype(step_rewards)), {}
+    return adv.to(_out_dtype(table.step_rewards)), {}
 
 
 @ESTIMATORS.register("rloo")
-def rloo(
-    *,
-    step_rewards: Tensor,
-    episode_ids: Tensor,
-    turn_idx: Tensor,
-    group_ids: Tensor,
-    anchor_keys: Tensor,
-    valid: Tensor,
-    cross_steps: bool,
-    invalid_penalty: float,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def rloo(table: TurnTable, cfg: AdvantageConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024) on turn samples:
     A = score - baseline from the *other episodes* of the group.
 
     Scores as :func:`grpo`. ``cross_steps=True``: baseline = mean of the turn scores of the
     group's other episodes (every turn sample counts); ``False``: mean of the other episodes'
     returns (one per episode). A turn of a group with a single episode gets 0. Leaving out the
-    whole own episode (not only the own turn) keeps the baseline independent of the sample.
+    whole own episode (not only the own turn) keeps the baseline independent of the sample. Settings:
+    ``cross_steps``, ``invalid_penalty``.
 
     Shapes: all inputs (N,) -> advantages (N,); no metrics.
     """
-    del turn_idx, anchor_keys
-    if _check_1d(step_rewards=step_rewards, episode_ids=episode_ids, group_ids=group_ids, valid=valid) == 0:
-        return step_rewards.new_zeros(0, dtype=_out_dtype(step_rewards)), {}
-    turns = _Turns(step_rewards, episode_ids, group_ids, valid, invalid_penalty)
+    if table.n == 0:
+        return table.step_rewards.new_zeros(0, dtype=_out_dtype(table.step_rewards)), {}
+    turns = _Turns(table, cfg.invalid_penalty)
     # the values the baseline averages, and the episode each belongs to
-    if cross_steps:
+    if cfg.cross_steps:
         values, value_episode = turns.scores, turns.episode_index
     else:
         values = turns.returns
@@ -464,25 +445,11 @@ def rloo(
     other_cnt = _gather(group_cnt, turns.group_index) - _gather(own_cnt, turns.episode_index)
     scores = turns.scores
     adv = torch.where(other_cnt > 0, scores - other_sum / other_cnt.clamp_min(1.0), torch.zeros_like(scores))
-    return adv.to(_out_dtype(step_rewards)), {}
+    return adv.to(_out_dtype(table.step_rewards)), {}
 
 
 @ESTIMATORS.register("gigpo")
-def gigpo(
-    *,
-    step_rewards: Tensor,
-    episode_ids: Tensor,
-    turn_idx: Tensor,
-    group_ids: Tensor,
-    anchor_keys: Tensor,
-    valid: Tensor,
-    gamma: float,
-    step_weight: float,
-    norm: str,
-    invalid_penalty: float,
-    penalty_only_groups: str,
-    eps: float,
-) -> tuple[Tensor, dict[str, Tensor]]:
+def gigpo(table: TurnTable, cfg: AdvantageConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """GiGPO advantage, SAMPO's advantage (Feng et al. 2025, "Group-in-Group Policy Optimization").
 
     - episode part A_E: the GRPO advantage of the turn scores (episode return + penalty on an
@@ -498,19 +465,10 @@ def gigpo(
 
     The parts separately: :func:`gigpo_parts`. Shapes: all inputs (N,) in any order -> advantages (N,).
     Metrics: ``step_std``, the std over the turns of the step part as it enters A (step_weight x A_S; 0
-    for fewer than two turns): how much the step part moved the advantage.
+    for fewer than two turns): how much the step part moved the advantage. Settings: ``gamma``,
+    ``step_weight``, ``norm``, ``invalid_penalty``, ``penalty_only_groups``, ``eps``.
     """
-    episode_adv, step_adv = gigpo_parts(
-        step_rewards=step_rewards, episode_ids=episode_ids, turn_idx=turn_idx, group_ids=group_ids,
-        anchor_keys=anchor_keys, valid=valid, gamma=gamma, norm=norm, invalid_penalty=invalid_penalty,
-        penalty_only_groups=penalty_only_groups, eps=eps,
-    )  # fmt: skip
-    weighted_step = step_weight * step_adv
+    episode_adv, step_adv = gigpo_parts(table, cfg)
+    weighted_step = cfg.step_weight * step_adv
     step_std = weighted_step.std() if weighted_step.numel() > 1 else weighted_step.new_zeros(())
-    return (episode_adv + weighted_step).to(_out_dtype(step_rewards)), {"step_std": step_std.detach()}
-
-
-def estimator_kwargs(cfg: AdvantageConfig) -> dict[str, Any]:
-    """The settings of estimator ``cfg.name`` from the ``algo.advantage`` block: the keys it takes
-    (``gamma`` for gigpo, not for grpo)."""
-    return {key: getattr(cfg, key) for key in keyword_parameters(get(cfg.name)) if key not in DATA_KEYS}
+    return (episode_adv + weighted_step).to(_out_dtype(table.step_rewards)), {"step_std": step_std.detach()}

@@ -117,7 +117,6 @@ class AgenticRLModule(LightningModule):
         self.pad_id = tokenizer.pad_token_id
         self.algo = algo_config(algo)  # validated and typed
         self.advantage_fn = advantages.get(self.algo.advantage.name)
-        self.advantage_kwargs = advantages.estimator_kwargs(self.algo.advantage)
         self.optimizer_factory = optimizer
         self.ppo_epochs = update.ppo_epochs
         self.mini_batches = update.mini_batches
@@ -398,15 +397,15 @@ class AgenticRLModule(LightningModule):
             penalty = self.algo.kl.coef * sum_tokens_per_turn(token_kl, data["turn_row"], n_turns)
             step_rewards = step_rewards - penalty
             metrics.mean("actor/kl_reward", float(penalty.mean()), n_turns)
-        adv, estimator_metrics = self.advantage_fn(
+        turns = advantages.TurnTable(
             step_rewards=step_rewards,
             episode_ids=table["episode_id"],
             turn_idx=table["turn"],
             group_ids=table["group_id"],
             anchor_keys=table["anchor_key"],
             valid=table["valid"],
-            **self.advantage_kwargs,
         )
+        adv, estimator_metrics = self.advantage_fn(turns, self.algo.advantage)
         token_advantages = turn_values_to_tokens(adv, data["turn_row"]) * mask
         metrics.mean("adv/mean", float(adv.mean()), n_turns)
         metrics.mean("adv/std", float(adv.std()) if adv.numel() > 1 else 0.0, n_turns)

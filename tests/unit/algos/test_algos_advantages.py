@@ -24,7 +24,7 @@ def estimate(name: str, data: dict, **changes) -> torch.Tensor:
 
 def estimate_with_metrics(name: str, data: dict, **changes) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     cfg = replace(AdvantageConfig(), name=name, **changes)
-    return advantages.get(name)(**data, **advantages.estimator_kwargs(cfg))
+    return advantages.get(name)(advantages.TurnTable(**data), cfg)
 
 
 def one_turn_episodes(scores: torch.Tensor, group_ids: torch.Tensor) -> dict:
@@ -51,9 +51,7 @@ def gigpo(**kw):
 
 def gigpo_parts(**kw):
     data = {key: kw.pop(key) for key in DATA_KEYS}
-    cfg = replace(AdvantageConfig(), **kw)
-    return advantages.gigpo_parts(**data, gamma=cfg.gamma, norm=cfg.norm, invalid_penalty=cfg.invalid_penalty,
-                                  penalty_only_groups=cfg.penalty_only_groups, eps=cfg.eps)
+    return advantages.gigpo_parts(advantages.TurnTable(**data), replace(AdvantageConfig(), **kw))
 
 
 def t(values, dtype=F64) -> torch.Tensor:
@@ -212,32 +210,25 @@ def test_turn_rloo_hand() -> None:
 
 
 @pytest.mark.parametrize("name", ["grpo", "rloo", "gigpo"])
-def test_settings_are_exactly_the_schema_keys(name: str) -> None:
-    settings = advantages.estimator_kwargs(replace(AdvantageConfig(), name=name))
+def test_estimators_read_their_settings_from_the_schema(name: str) -> None:
+    """Each estimator takes (turns, cfg): no setting of its own outside the schema, and the settings it names
+    change its result (cross_steps for the two that average over turns, gamma for gigpo)."""
+    table = advantages.TurnTable(**CASE)
+    base = replace(AdvantageConfig(), name=name)
     with pytest.raises(TypeError):
-        advantages.get(name)(**CASE, **settings, bogus=1)  # an unknown setting
+        advantages.get(name)(table, base, bogus=1)  # an unknown setting
     with pytest.raises(TypeError):
-        advantages.get(name)(**CASE)  # no setting has a default outside the schema
+        advantages.get(name)(table)  # no setting has a default outside the schema
+    key, value = {"grpo": ("cross_steps", False), "rloo": ("cross_steps", False), "gigpo": ("gamma", 0.5)}[name]
+    assert not torch.equal(advantages.get(name)(table, base)[0], advantages.get(name)(table, replace(base, **{key: value}))[0])
 
 
-def test_estimator_kwargs() -> None:
-    cfg = AdvantageConfig(name="gigpo", gamma=0.9)
-    assert advantages.estimator_kwargs(cfg) == {
-        "gamma": 0.9,
-        "step_weight": 1.0,
-        "norm": "mean_norm",
-        "invalid_penalty": -0.1,
-        "penalty_only_groups": "normalise",
-        "eps": 1e-6,
-    }
-    assert advantages.estimator_kwargs(replace(cfg, name="grpo")) == {
-        "norm_by_std": True,
-        "cross_steps": True,
-        "invalid_penalty": -0.1,
-        "penalty_only_groups": "normalise",
-        "eps": 1e-6,
-    }
-    assert advantages.estimator_kwargs(replace(cfg, name="rloo")) == {"cross_steps": True, "invalid_penalty": -0.1}
+def test_a_turn_table_checks_its_shapes() -> None:
+    with pytest.raises(ValueError, match="same length"):
+        advantages.TurnTable(**dict(CASE, valid=CASE["valid"][:-1]))
+    with pytest.raises(ValueError, match="must be 1-D"):
+        advantages.TurnTable(**dict(CASE, step_rewards=CASE["step_rewards"][None]))
+    assert advantages.TurnTable(**CASE).n == 6
 
 
 # -------------------------------------------------------------------------------- properties
@@ -507,8 +498,7 @@ def test_gigpo_step_part_treats_penalty_only_step_groups(data, mode, gamma) -> N
 
 def test_an_unknown_penalty_only_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="valid: normalise, center, zero"):
-        advantages.grpo(**PENALTY_CASE, norm_by_std=True, cross_steps=True, invalid_penalty=-0.1,
-                        penalty_only_groups="ignore", eps=1e-6)
+        advantages.grpo(advantages.TurnTable(**PENALTY_CASE), replace(AdvantageConfig(), penalty_only_groups="ignore"))
 
 
 def test_per_episode_statistics_never_divide_a_penalty_by_eps() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from arl import algos
@@ -114,15 +115,22 @@ def test_all_presets_present() -> None:
     assert EXPECTED_PRESETS <= set(PRESETS)
 
 
+#: three turns of two episodes of one group, for every preset's estimator
+TURNS = {"step_rewards": torch.tensor([0.0, 1.0, 0.0]), "episode_ids": torch.tensor([0, 0, 1]),
+         "turn_idx": torch.tensor([0, 1, 0]), "group_ids": torch.tensor([0, 0, 0]),
+         "anchor_keys": torch.tensor([5, 6, 5]), "valid": torch.tensor([True, False, True])}
+
+
 @pytest.mark.parametrize("name", PRESETS)
 def test_preset_loads_and_validates(name: str) -> None:
     algo = load_preset(name)
     algos.validate_algo_config(algo)
     cfg = algos.algo_config(algo)
     assert isinstance(cfg, AlgoConfig)
-    adv_kwargs = advantages.estimator_kwargs(cfg.advantage)
+    adv, metrics = advantages.get(cfg.advantage.name)(advantages.TurnTable(**TURNS), cfg.advantage)
+    assert adv.shape == (3,) and bool(torch.isfinite(adv).all()) and set(metrics) <= {"step_std"}
     filter_kwargs = filters.filter_kwargs(cfg.filter)
-    assert "name" not in adv_kwargs and "max_rollout_rounds" not in filter_kwargs
+    assert "name" not in filter_kwargs and "max_rollout_rounds" not in filter_kwargs
 
 
 # ------------------------------------------------------------------- one definition per key
@@ -174,14 +182,13 @@ def test_no_algo_key_has_a_second_default() -> None:
 
 
 def test_every_setting_of_a_registered_function_is_a_key() -> None:
-    """The estimators and filters take data and schema keys, nothing else."""
-    for registry_, cls, data in (
-        (advantages.ESTIMATORS, schema.AdvantageConfig, advantages.DATA_KEYS),
-        (filters.FILTERS, schema.FilterConfig, filters.DATA_KEYS),
-    ):
-        for name in registry_.names():
-            settings = set(inspect.signature(registry_.get(name)).parameters) - set(data)
-            assert settings <= set(schema.key_names(cls)), (name, settings - set(schema.key_names(cls)))
+    """The filters take data and schema keys, nothing else; the estimators take the turn table and the
+    ``algo.advantage`` block, nothing else."""
+    for name in filters.FILTERS.names():
+        settings = set(inspect.signature(filters.get(name)).parameters) - set(filters.DATA_KEYS)
+        assert settings <= set(schema.key_names(schema.FilterConfig)), name
+    for name in advantages.ESTIMATORS.names():
+        assert list(inspect.signature(advantages.get(name)).parameters) == ["table", "cfg"], name
 
 
 def test_a_disagreement_fails_the_check(tmp_path: Path, monkeypatch) -> None:
@@ -201,14 +208,9 @@ def test_sampo_preset_values() -> None:
     assert algo["kl"] == {"coef": 0.01, "estimator": "k3", "in_loss": True}
     assert algo["entropy_coef"] == 0.001
     cfg = algos.algo_config(algo).advantage
-    assert cfg.name == "gigpo" and advantages.estimator_kwargs(cfg) == {
-        "gamma": 0.95,
-        "step_weight": 1.0,
-        "norm": "mean_norm",
-        "invalid_penalty": -0.1,
-        "penalty_only_groups": "normalise",
-        "eps": 1e-6,
-    }
+    assert cfg.name == "gigpo"
+    assert (cfg.gamma, cfg.step_weight, cfg.norm, cfg.invalid_penalty, cfg.penalty_only_groups, cfg.eps) == (
+        0.95, 1.0, "mean_norm", -0.1, "normalise", 1e-6)
 
 
 def test_seqmask_presets() -> None:
