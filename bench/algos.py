@@ -116,15 +116,15 @@ def bench_losses(batch: int, length: int, repeats: int) -> list[tuple[str, str, 
 
     def actor(requires_grad: bool) -> torch.Tensor:
         log_prob = data["log_prob"].clone().requires_grad_(requires_grad)
-        loss, _ = objective.actor_loss(
-            log_prob,
-            data["old_log_prob"],
-            data["advantages"],
-            data["response_mask"],
-            sampo,
+        batch = objective.TokenBatch(
+            log_prob=log_prob,
+            old_log_prob=data["old_log_prob"],
+            advantages=data["advantages"],
+            response_mask=data["response_mask"],
             ref_log_prob=data["ref_log_prob"],
             entropy=data["entropy"],
         )
+        loss, _ = objective.actor_loss(batch, sampo)
         return loss
 
     with torch.no_grad():

@@ -20,6 +20,8 @@ advantage, and the objective does not depend on how the mini-batch is split into
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import torch
 from torch import Tensor
 
@@ -27,33 +29,47 @@ from arl.algos import aggregation, kl, policy_losses
 from arl.algos.schema import AlgoConfig
 
 
+@dataclass(frozen=True)
+class TokenBatch:
+    """The (B, T) tensors of one (micro-)batch that :func:`actor_loss` reads.
+
+    Attributes:
+        log_prob: log pi of the sampled tokens, with gradient.
+        old_log_prob: log pi_old (trainer forward before the update).
+        advantages: the advantages broadcast over each sample's tokens.
+        response_mask: 1 on the tokens to train.
+        ref_log_prob: reference log-probs; required when ``kl.in_loss`` and ``kl.coef > 0``.
+        rollout_log_prob: rollout-engine log-probs; required when ``rollout_correction.enabled``.
+        entropy: per-token policy entropy; required when ``entropy_coef > 0``.
+    """
+
+    log_prob: Tensor
+    old_log_prob: Tensor
+    advantages: Tensor
+    response_mask: Tensor
+    ref_log_prob: Tensor | None = None
+    rollout_log_prob: Tensor | None = None
+    entropy: Tensor | None = None
+
+    def rows(self, lo: int, hi: int) -> TokenBatch:
+        """Rows ``lo:hi`` of every tensor (a micro-batch of this batch)."""
+        return TokenBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[lo:hi]
+                             for f in fields(self)})
+
+
 def actor_loss(
-    log_prob: Tensor,
-    old_log_prob: Tensor,
-    advantages: Tensor,
-    response_mask: Tensor,
+    batch: TokenBatch,
     cfg: AlgoConfig,
-    ref_log_prob: Tensor | None = None,
-    rollout_log_prob: Tensor | None = None,
-    entropy: Tensor | None = None,
     global_tokens: Tensor | float | None = None,
     global_seqs: Tensor | float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The scalar actor loss of one (micro-)batch and its metrics.
 
     Args:
-        log_prob: (B, T) log pi of the sampled tokens, with gradient.
-        old_log_prob: (B, T) log pi_old (trainer forward before the update).
-        advantages: (B, T) advantages broadcast over each sample's tokens.
-        response_mask: (B, T) 1 on the tokens to train.
+        batch: the (B, T) tensors (:class:`TokenBatch`).
         cfg: the ``algo`` group (``cfg.loss.horizon``: H of ``seq-mean-token-sum-norm``, which the
             trainer sets to the generation budget; None falls back to the padded length of the
             tensors given, right only for a batch that is never split).
-        ref_log_prob: (B, T) reference log-probs; required when ``kl.in_loss`` and
-            ``kl.coef > 0``.
-        rollout_log_prob: (B, T) rollout-engine log-probs; required when
-            ``rollout_correction.enabled``.
-        entropy: (B, T) per-token policy entropy; required when ``entropy_coef > 0``.
         global_tokens, global_seqs: normalisers of the whole mini-batch
             (:func:`arl.algos.aggregation.normalisers` summed over micro-batches and ranks).
 
@@ -64,7 +80,9 @@ def actor_loss(
         metric of the policy loss. With global normalisers, ``pg_loss`` / ``kl_loss`` /
         ``entropy`` are this micro-batch's share (they add up over micro-batches).
     """
-    mask = response_mask.to(log_prob.dtype)
+    log_prob, old_log_prob, advantages = batch.log_prob, batch.old_log_prob, batch.advantages
+    ref_log_prob, rollout_log_prob, entropy = batch.ref_log_prob, batch.rollout_log_prob, batch.entropy
+    mask = batch.response_mask.to(log_prob.dtype)
     local_tokens, local_seqs = aggregation.normalisers(mask)
     tokens = local_tokens if global_tokens is None else global_tokens
     seqs = local_seqs if global_seqs is None else global_seqs

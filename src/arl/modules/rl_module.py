@@ -438,18 +438,16 @@ class AgenticRLModule(LightningModule):
             self.policy, micro, self.temperature, with_entropy=True, chunk_tokens=self.logit_chunk_tokens
         )
         old = micro["old_log_probs"] if "old_log_probs" in micro and not on_policy else log_prob.detach()
-        loss, m = objective_lib.actor_loss(
-            log_prob,
-            old,
-            micro["advantages"],
-            micro["response_mask"],
-            self.algo,
+        batch = objective_lib.TokenBatch(
+            log_prob=log_prob,
+            old_log_prob=old,
+            advantages=micro["advantages"],
+            response_mask=micro["response_mask"],
             ref_log_prob=micro.get("ref_log_probs"),
             rollout_log_prob=micro["rollout_log_probs"],
             entropy=entropy,
-            global_tokens=global_tokens,
-            global_seqs=global_seqs,
         )
+        loss, m = objective_lib.actor_loss(batch, self.algo, global_tokens, global_seqs)
         stats = diagnostics.is_stats(
             log_prob.detach(), old, micro["advantages"], micro["response_mask"],
             self.algo.loss.clip_ratio_low, self.algo.loss.clip_ratio_high,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.algos import aggregation
-from arl.algos.objective import actor_loss
+from arl.algos.objective import TokenBatch, actor_loss
 from arl.algos.schema import AlgoConfig, replace
 
 F64 = torch.float64
@@ -40,16 +40,8 @@ def test_actor_loss_hand() -> None:
     rollout = t([[-1.0 - math.log(3.0), -1.0], [-1.5, -1.5]])  # IS weights [[min(3, 2), 1], [1, 1]]
     ref = t([[-2.0, -1.0], [-2.0, -3.0]])  # k1 = log pi - log pi_ref = [[1, 0], [0, 1]]
     entropy = t([[0.5, 0.5], [1.0, 1.0]])
-    loss, m = actor_loss(
-        log_prob,
-        old,
-        adv,
-        torch.ones(2, 2),
-        cfg,
-        ref_log_prob=ref,
-        rollout_log_prob=rollout,
-        entropy=entropy,
-    )
+    batch = TokenBatch(log_prob, old, adv, torch.ones(2, 2), ref_log_prob=ref, rollout_log_prob=rollout, entropy=entropy)
+    loss, m = actor_loss(batch, cfg)
     # pg: -A log pi * w = seq0 [1 * 2, 1 * 1] = [2, 1], seq1 dropped; / 4 tokens = 0.75
     # kl: (1 + 0 + 0 + 1) / 4 = 0.5, times 0.5 = 0.25
     # entropy: (0.5 + 0.5 + 1 + 1) / 4 = 0.75, times -0.1 = -0.075
@@ -69,7 +61,7 @@ def test_actor_loss_hand() -> None:
 def test_actor_loss_kl_out_of_loss_and_defaults() -> None:
     lp = t([[-1.0, -2.0]]).requires_grad_(True)
     cfg = algo(**{"kl.coef": 0.5, "kl.in_loss": False})
-    loss, m = actor_loss(lp, lp.detach(), t([[1.0, 1.0]]), torch.ones(1, 2), cfg, ref_log_prob=lp.detach() - 1)
+    loss, m = actor_loss(TokenBatch(lp, lp.detach(), t([[1.0, 1.0]]), torch.ones(1, 2), ref_log_prob=lp.detach() - 1), cfg)
     # ppo_clip on-policy: L = -A r = -1 per token, token-mean = -1; no KL, no entropy
     assert loss.item() == pytest.approx(-1.0)
     assert m["kl_loss"].item() == 0.0 and m["entropy"].item() == 0.0 and m["masked_seqs"].item() == 0.0
@@ -78,13 +70,13 @@ def test_actor_loss_kl_out_of_loss_and_defaults() -> None:
 def test_actor_loss_missing_inputs() -> None:
     lp, mask, adv = t([[-1.0]]), torch.ones(1, 1), t([[1.0]])
     with pytest.raises(ValueError, match="ref_log_prob"):
-        actor_loss(lp, lp, adv, mask, algo(**{"kl.coef": 0.1}))
+        actor_loss(TokenBatch(lp, lp, adv, mask), algo(**{"kl.coef": 0.1}))
     with pytest.raises(ValueError, match="rollout_log_prob"):
-        actor_loss(lp, lp, adv, mask, algo(**{"rollout_correction.enabled": True}))
+        actor_loss(TokenBatch(lp, lp, adv, mask), algo(**{"rollout_correction.enabled": True}))
     with pytest.raises(ValueError, match="entropy"):
-        actor_loss(lp, lp, adv, mask, algo(entropy_coef=0.1))
+        actor_loss(TokenBatch(lp, lp, adv, mask), algo(entropy_coef=0.1))
     with pytest.raises(KeyError, match="valid: cispo, gspo, ppo_clip, reinforce, sapo"):
-        actor_loss(lp, lp, adv, mask, algo(**{"loss.name": "nope"}))
+        actor_loss(TokenBatch(lp, lp, adv, mask), algo(**{"loss.name": "nope"}))
 
 
 @settings(max_examples=50, deadline=None)
@@ -119,20 +111,14 @@ def test_actor_loss_split_invariance(seed, b, length, mode, name, data) -> None:
     tokens, seqs = aggregation.normalisers(inputs["response_mask"])
 
     lp_full = lp.clone().requires_grad_(True)
-    full, _ = actor_loss(lp_full, cfg=cfg, **inputs)
+    full, _ = actor_loss(TokenBatch(lp_full, **inputs), cfg)
     full.backward()
 
     lp_split = lp.clone().requires_grad_(True)
     total = torch.zeros((), dtype=F64)
     bounds = [0, *cuts, b]
     for lo, hi in itertools.pairwise(bounds):
-        part, _ = actor_loss(
-            lp_split[lo:hi],
-            cfg=cfg,
-            global_tokens=tokens,
-            global_seqs=seqs,
-            **{k: v[lo:hi] for k, v in inputs.items()},
-        )
+        part, _ = actor_loss(TokenBatch(lp_split, **inputs).rows(lo, hi), cfg, tokens, seqs)
         total = total + part
     total.backward()
     assert total.item() == pytest.approx(full.item(), abs=1e-10)
