@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -75,19 +76,62 @@ def rank_share(n: int, rank: int = 0, world: int = 1) -> tuple[int, int]:
 GroupFilter = Callable[..., Any]  # (returns=, group_ids=, valid_ratio=) -> arl.algos.filters.FilterResult
 
 
+@dataclass(frozen=True)
+class IterationPlan:
+    """What every RL iteration rolls out: ``tasks_per_iteration`` tasks x ``group_size`` episodes
+    (global over data-parallel ranks) sampled with ``sampling``, ``iterations`` times in the run."""
+
+    iterations: int
+    tasks_per_iteration: int
+    group_size: int
+    sampling: SamplingParams
+
+
+@dataclass(frozen=True)
+class ValidationPlan:
+    """How a validation runs: ``episodes`` held-out episodes (global over ranks), ``batch_size`` per
+    engine batch, sampled with ``sampling`` (the ``rollout.val_*`` keys)."""
+
+    sampling: SamplingParams
+    episodes: int = 64
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
+class FilterSchedule:
+    """Dynamic sampling between rollout rounds (the ``algo.filter.*`` keys); the defaults are no filter.
+
+    Attributes:
+        group_filter: the configured filter with its settings bound (``(returns=, group_ids=,
+            valid_ratio=) -> FilterResult``, :func:`arl.algos.filters.group_filter`), or None to keep
+            everything.
+        max_rollout_rounds: rounds of re-rollout the filter may ask for.
+        cold_start: iterations before the filter starts (all groups kept until then).
+        fill_last_round: the last round fills what is still missing with its other groups (the
+            filter's groups first, then the rest in task order), so a batch always holds
+            ``tasks_per_iteration`` groups, as the official trainers do; False trains on what the
+            filter kept.
+    """
+
+    group_filter: GroupFilter | None = None
+    max_rollout_rounds: int = 1
+    cold_start: int = 0
+    fill_last_round: bool = True
+
+
 class _TrainStream(IterableDataset):
     def __init__(self, dm: RolloutDataModule):
         self.dm = dm
 
     def __iter__(self) -> Iterator[RolloutBatch]:
-        while self.dm.iteration < self.dm.iterations:
+        while self.dm.iteration < self.dm.plan.iterations:
             yield self.dm.next_train_batch()
 
     def __len__(self) -> int:
         # The whole run is one epoch of ``iterations`` batches. A known length also stops Lightning
         # from prefetching a batch (which would roll out before the previous update). On resume
         # Lightning restores its batch counters mid-epoch, so the length stays the total.
-        return self.dm.iterations
+        return self.dm.plan.iterations
 
 
 def validation_protocol(params: SamplingParams) -> str:
@@ -96,26 +140,25 @@ def validation_protocol(params: SamplingParams) -> str:
 
 
 def validation_episodes(
-    loop: AgentLoop, params: SamplingParams, episodes: int, batch_size: int, iteration: int = 0, rank: int = 0,
-    world: int = 1, seed: int = 0,
+    loop: AgentLoop, plan: ValidationPlan, iteration: int = 0, shard: tuple[int, int] = (0, 1), seed: int = 0
 ) -> Iterator[tuple[list[Episode], float]]:
-    """Held-out episodes (group size 1), ``batch_size`` per engine batch; rank's share only.
-    Yields (episodes, seconds) per engine batch.
+    """Held-out episodes (group size 1), ``plan.batch_size`` per engine batch; the share of rank
+    ``shard[0]`` of ``shard[1]`` only. Yields (episodes, seconds) per engine batch.
 
     Sampled validation draws from its own torch generator state, seeded by (``seed``,
     ``iteration``, first episode), inside ``torch.random.fork_rng``: the same weights validate to
     the same episodes, and validating (or not, or how often) never moves the training stream.
     """
-    seeds = val_task_seeds(episodes)
-    lo, hi = rank_share(len(seeds), rank, world)
-    for start in range(lo, hi, batch_size):
-        chunk = seeds[start : min(start + batch_size, hi)]
+    seeds = val_task_seeds(plan.episodes)
+    lo, hi = rank_share(len(seeds), *shard)
+    for start in range(lo, hi, plan.batch_size):
+        chunk = seeds[start : min(start + plan.batch_size, hi)]
         tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
         t0 = time.perf_counter()
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(np.random.SeedSequence([int(seed), int(iteration), start]).generate_state(1)[0]))
-            eps = loop.run(tasks, 1, params, first_episode_id=start)
+            eps = loop.run(tasks, 1, plan.sampling, first_episode_id=start)
         yield eps, time.perf_counter() - t0
 
 
@@ -125,11 +168,8 @@ class _ValStream(IterableDataset):
 
     def __iter__(self) -> Iterator[ValidationBatch]:
         dm = self.dm
-        rank, world = dm.rank_and_world()
-        protocol = validation_protocol(dm.val_sampling)
-        for eps, seconds in validation_episodes(
-            dm.agent_loop, dm.val_sampling, dm.val_episodes, dm.val_batch_size, dm.iteration, rank, world, dm.seed
-        ):
+        protocol = validation_protocol(dm.validation.sampling)
+        for eps, seconds in validation_episodes(dm.agent_loop, dm.validation, dm.iteration, dm.rank_and_world(), dm.seed):
             good = [e for e in eps if not e.env_error]  # the rows of episode_table
             yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
                                   tuple(e.task_type for e in good), tuple(int(e.seed) for e in good),
@@ -141,56 +181,30 @@ class RolloutDataModule(LightningDataModule):
 
     Args:
         agent_loop: renders prompts, calls the engine, steps the environments.
-        iterations: RL iterations (batches) in the whole run.
-        tasks_per_iteration, group_size: tasks per iteration and episodes per task.
-        sampling, val_sampling: sampling parameters for training and validation.
-        val_episodes, val_batch_size: held-out episodes per validation, episodes per engine batch.
+        plan: what every iteration rolls out (:class:`IterationPlan`).
+        validation: how a validation runs (:class:`ValidationPlan`).
+        schedule: the dynamic-sampling filter and its re-rollout schedule (:class:`FilterSchedule`;
+            the default keeps every group).
         seed: base of the task-seed stream.
-        max_rollout_rounds: rounds of re-rollout the filter may ask for (``algo.filter.*``: the
-            schedule's defaults here are those of no filter).
-        filter_cold_start: iterations before the filter starts (all groups kept until then).
-        fill_last_round: the last round fills what is still missing with its other groups
-            (the filter's groups first, then the rest in task order), so a batch always holds
-            ``tasks_per_iteration`` groups, as the official trainers do; False trains on what the
-            filter kept.
-        group_filter: the configured filter with its settings bound (``(returns=, group_ids=,
-            valid_ratio=) -> FilterResult``, :func:`arl.algos.filters.group_filter`), or None to
-            keep everything.
         pad_id: the padding token id of the collated batches (the policy tokenizer's).
     """
 
     def __init__(
         self,
         agent_loop: AgentLoop,
-        iterations: int,
-        tasks_per_iteration: int,
-        group_size: int,
-        sampling: SamplingParams,
-        val_sampling: SamplingParams,
-        val_episodes: int = 64,
-        val_batch_size: int = 64,
+        plan: IterationPlan,
+        validation: ValidationPlan,
+        schedule: FilterSchedule = FilterSchedule(),
         seed: int = 0,
-        group_filter: GroupFilter | None = None,
-        max_rollout_rounds: int = 1,
-        filter_cold_start: int = 0,
-        fill_last_round: bool = True,
         pad_id: int = 0,
     ):
         super().__init__()
         self.pad_id = int(pad_id)
         self.agent_loop = agent_loop
-        self.iterations = iterations
-        self.tasks_per_iteration = tasks_per_iteration
-        self.group_size = group_size
-        self.sampling = sampling
-        self.val_sampling = val_sampling
-        self.val_episodes = val_episodes
-        self.val_batch_size = val_batch_size
+        self.plan = plan
+        self.validation = validation
+        self.schedule = replace(schedule, max_rollout_rounds=max(1, int(schedule.max_rollout_rounds)))
         self.seed = seed
-        self.max_rollout_rounds = max(1, max_rollout_rounds)
-        self.group_filter = group_filter
-        self.filter_cold_start = int(filter_cold_start)
-        self.fill_last_round = bool(fill_last_round)
         self.iteration = 0
         self._pending_rng: dict[str, Any] | None = None  # restored right before the next rollout
         self._seeded = False
@@ -247,7 +261,7 @@ class RolloutDataModule(LightningDataModule):
         self._prepare_rng()
         it = self.iteration
         rank, world = self.rank_and_world()
-        lo, hi = rank_share(self.tasks_per_iteration, rank, world)
+        lo, hi = rank_share(self.plan.tasks_per_iteration, rank, world)
         target = hi - lo
         t0 = time.perf_counter()
         kept: list[Episode] = []
@@ -255,8 +269,9 @@ class RolloutDataModule(LightningDataModule):
         rounds = 0
         total = RolloutStats()
         all_eps: list[Episode] = []
-        filtering = self.group_filter is not None and it >= self.filter_cold_start
-        while rounds < self.max_rollout_rounds and kept_groups < target:
+        schedule = self.schedule
+        filtering = schedule.group_filter is not None and it >= schedule.cold_start
+        while rounds < schedule.max_rollout_rounds and kept_groups < target:
             tasks, episodes = self._rollout_round(it, rounds, lo, hi)
             total.add(self.agent_loop.last_stats)
             all_eps.extend(episodes)
@@ -264,7 +279,7 @@ class RolloutDataModule(LightningDataModule):
             if not filtering:
                 kept, kept_groups = episodes, len(tasks)
                 break
-            keep_ids, fill_ids = self._filter_round(episodes, last=rounds == self.max_rollout_rounds)
+            keep_ids, fill_ids = self._filter_round(episodes, last=rounds == schedule.max_rollout_rounds)
             need = target - kept_groups
             chosen = (keep_ids + fill_ids)[:need]
             keep = set(chosen)
@@ -283,11 +298,13 @@ class RolloutDataModule(LightningDataModule):
     def _rollout_round(self, it: int, rounds: int, lo: int, hi: int) -> tuple[list[Task], list[Episode]]:
         """(tasks, episodes) of this rank's groups ``[lo, hi)`` in rollout round ``rounds`` of
         iteration ``it``: ``group_size`` episodes a task, group ids unique over rounds and ranks."""
-        seeds = train_task_seeds(self.seed, it, rounds, self.tasks_per_iteration)[lo:hi]
-        base = rounds * self.tasks_per_iteration + lo
+        plan = self.plan
+        seeds = train_task_seeds(self.seed, it, rounds, plan.tasks_per_iteration)[lo:hi]
+        base = rounds * plan.tasks_per_iteration + lo
         tasks = [Task(group_id=base + g, seed=s) for g, s in enumerate(seeds)]
-        episodes = self.agent_loop.run(tasks, self.group_size, self.sampling, first_episode_id=base * self.group_size) if tasks else []
-        return tasks, episodes
+        if not tasks:
+            return tasks, []
+        return tasks, self.agent_loop.run(tasks, plan.group_size, plan.sampling, first_episode_id=base * plan.group_size)
 
     def _train_metrics(
         self, all_eps: list[Episode], kept_groups: int, filled_groups: int, filtering: bool, rounds: int,
@@ -324,13 +341,13 @@ class RolloutDataModule(LightningDataModule):
             return [], []
         turns = [t for e in usable for t in e.turns]
         valid_ratio = sum(t.valid for t in turns) / max(len(turns), 1)
-        result = self.group_filter(
+        result = self.schedule.group_filter(
             returns=torch.tensor([e.ret for e in usable], dtype=torch.float32),
             group_ids=torch.tensor([e.group_id for e in usable], dtype=torch.long),
             valid_ratio=valid_ratio,
         )
         keep_ids = [int(g) for g in result.kept_group_ids.tolist()]
-        if not (last and self.fill_last_round):
+        if not (last and self.schedule.fill_last_round):
             return keep_ids, []
         keep = set(keep_ids)
         rest = list(dict.fromkeys(e.group_id for e in usable if e.group_id not in keep))

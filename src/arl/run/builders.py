@@ -21,7 +21,7 @@ from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop
 from arl.algos import filters
 from arl.callbacks import ThreadRebalance, WeightSync
-from arl.datamodules.rollout_datamodule import RolloutDataModule
+from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
 from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
 from arl.distributed.placement import resolve_placement, trainer_processes
 from arl.models.config import ModelSettings, model_settings
@@ -77,6 +77,13 @@ def sampling_params(rollout: Mapping[str, Any] | RolloutSettings, validation: bo
         max_new_tokens=r.max_new_tokens,
         stop=r.stop,
     )
+
+
+def validation_plan(rollout: Mapping[str, Any] | RolloutSettings) -> ValidationPlan:
+    """How validation runs under the ``rollout`` group: the ``val_*`` sampling, ``val_episodes``
+    held-out episodes, ``val_batch_size`` per engine batch."""
+    r = rollout_settings(rollout)
+    return ValidationPlan(sampling_params(r, validation=True), r.val_episodes, r.val_batch_size)
 
 
 def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer):
@@ -240,17 +247,10 @@ def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, module: AgenticR
     r, dynamic = run.rollout, module.algo.filter
     return RolloutDataModule(
         loop,
-        iterations=run.rl.iterations,
-        tasks_per_iteration=r.tasks_per_iteration,
-        group_size=r.group_size,
-        sampling=sampling_params(r),
-        val_sampling=sampling_params(r, validation=True),
-        val_episodes=r.val_episodes,
-        val_batch_size=r.val_batch_size,
+        IterationPlan(run.rl.iterations, r.tasks_per_iteration, r.group_size, sampling_params(r)),
+        validation_plan(r),
+        FilterSchedule(filters.group_filter(dynamic), dynamic.max_rollout_rounds, dynamic.cold_start,
+                       dynamic.fill_last_round),
         seed=run.seed,
-        group_filter=filters.group_filter(dynamic),
-        max_rollout_rounds=dynamic.max_rollout_rounds,
-        filter_cold_start=dynamic.cold_start,
-        fill_last_round=dynamic.fill_last_round,
         pad_id=module.pad_id or 0,
     )

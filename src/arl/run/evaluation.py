@@ -20,7 +20,7 @@ from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
 from arl.models.config import ModelSettings
 from arl.models.loading import load_policy
-from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params
+from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params, validation_plan
 from arl.run.settings import RolloutSettings, eval_settings, rollout_settings
 from arl.utils.logging import console, results_table
 
@@ -45,15 +45,14 @@ def run_validation(
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
     (:func:`arl.agent.records.episode_record`: the summary and the turns, text and all)."""
-    r = rollout_settings(rollout)
-    params = sampling_params(r, validation=True)
-    batches = validation_episodes(loop, params, r.val_episodes, r.val_batch_size, seed=seed)
+    plan = validation_plan(rollout_settings(rollout))
+    batches = validation_episodes(loop, plan, seed=seed)
     episodes = [e for eps, _ in batches for e in eps]
     if episodes_path is not None:
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
-    return with_protocol_names(episode_metrics(episodes, "val/", graded=loop.spec.graded), validation_protocol(params))
+    return with_protocol_names(episode_metrics(episodes, "val/", graded=loop.spec.graded), validation_protocol(plan.sampling))
 
 
 def run_config_file(ckpt: Path) -> Path | None:

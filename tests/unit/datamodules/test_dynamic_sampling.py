@@ -17,7 +17,7 @@ from arl.agent.loop import RolloutStats
 from arl.agent.records import Episode, Turn
 from arl.algos import filters
 from arl.algos.schema import FilterConfig
-from arl.datamodules.rollout_datamodule import RolloutDataModule
+from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
 from arl.rollout.engine import SamplingParams
 from arl_testing import episode_returns
 
@@ -52,11 +52,9 @@ class ScriptedLoop:
 
 def _dm(script, filter_name="dapo", rounds=3, cold_start=0, fill=True, groups=4, valid=True):
     params = SamplingParams(temperature=1.0, max_new_tokens=4, stop=())
-    return RolloutDataModule(
-        ScriptedLoop(script, valid), iterations=10, tasks_per_iteration=groups, group_size=2, sampling=params, val_sampling=params,
-        max_rollout_rounds=rounds, group_filter=filters.group_filter(FilterConfig(name=filter_name)),
-        filter_cold_start=cold_start, fill_last_round=fill, pad_id=0,
-    )
+    schedule = FilterSchedule(filters.group_filter(FilterConfig(name=filter_name)), rounds, cold_start, fill)
+    return RolloutDataModule(ScriptedLoop(script, valid), IterationPlan(10, groups, 2, params), ValidationPlan(params),
+                             schedule, pad_id=0)
 
 
 MIXED, CONST_OK, CONST_FAIL = [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]

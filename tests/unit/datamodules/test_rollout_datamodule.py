@@ -11,7 +11,12 @@ import pytest
 import torch
 
 from arl.agent.loop import RolloutStats
-from arl.datamodules.rollout_datamodule import RolloutDataModule, rank_share
+from arl.datamodules.rollout_datamodule import (
+    IterationPlan,
+    RolloutDataModule,
+    ValidationPlan,
+    rank_share,
+)
 from arl.rollout.engine import SamplingParams
 
 
@@ -34,7 +39,7 @@ class _FakeLoop:
 
 def _dm(loop, **kw):
     params = SamplingParams(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4, stop=())
-    return RolloutDataModule(loop, iterations=5, tasks_per_iteration=4, group_size=2, sampling=params, val_sampling=params, seed=7, **kw)
+    return RolloutDataModule(loop, IterationPlan(5, 4, 2, params), ValidationPlan(params), seed=7, **kw)
 
 
 def test_resumed_datamodule_continues_the_seed_stream_and_the_rng():
