@@ -14,6 +14,7 @@ import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from arl.analysis.runs import Run, Series, settings
 from arl.analysis.stats import mean_ci
@@ -126,7 +127,9 @@ def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]
     window = SMOOTH.get(tag, 1)
     drawn: list[float] = []  # the lines' values: the y range, so that a wide band cannot squash them
     for name, members in groups.items():
-        banded = len(members) > 1 and _band(ax, members, tag, styles[members[0].label][0], name, window, drawn)
+        means = _band(ax, members, tag, (styles[members[0].label][0], name), window) if len(members) > 1 else []
+        drawn += means
+        banded = bool(means)
         for r in members:
             series = smooth(r.scalars.get(tag, []), window)
             if series:
@@ -147,25 +150,23 @@ def _draw_panel(ax, stem: str, title: str, tag: str, groups: dict[str, list[Run]
     ax.grid(alpha=0.3)
 
 
-def _band(ax, members: list[Run], tag: str, colour, name: str, window: int = 1, drawn: list[float] | None = None) -> bool:
+def _band(ax, members: list[Run], tag: str, look: tuple[Any, str], window: int = 1) -> list[float]:
     """The seeds' mean of ``tag`` at the iterations every seed logged, with its 95 % confidence
-    band (t over the seeds), each seed's curve smoothed over ``window`` iterations first; the means
-    are added to ``drawn``. False when the seeds share fewer than one iteration."""
+    band (t over the seeds), each seed's curve smoothed over ``window`` iterations first, drawn in
+    ``look`` (the colour, and the setting's name for the legend). Returns the means drawn: none
+    when the seeds share no iteration."""
+    colour, name = look
     per_seed = [dict(smooth(r.scalars.get(tag, []), window)) for r in members]
     steps = sorted(set.intersection(*(set(s) for s in per_seed))) if per_seed else []
-    if not steps:
-        return False
     steps = [step for step in steps if all(math.isfinite(s[step]) for s in per_seed)]
     if not steps:
-        return False
+        return []
     stats = [mean_ci([s[step] for s in per_seed]) for step in steps]
     means = [m for m, _ in stats]
     floor = 0.0 if all(v >= 0 for s in per_seed for v in s.values() if math.isfinite(v)) else -math.inf
     ax.fill_between(steps, [max(m - h, floor) for m, h in stats], [m + h for m, h in stats], color=colour, alpha=0.18, lw=0)
     ax.plot(steps, means, color=colour, lw=2.0, label=f"{name} (mean of {len(members)}, 95 % CI)")
-    if drawn is not None:
-        drawn += means
-    return True
+    return means
 
 
 def plot_settings(runs: list[Run], out_dir: Path) -> Path | None:

@@ -133,9 +133,8 @@ class WebShopEnv:
         self.test_goals = int(test_goals)
         self.prompt_style = prompt_style
         self.results_per_page = int(results_per_page)
-        paths = resolve_paths(data_dir, products_path, attributes_path, human_goals_path)
         self.shop: Shop = load_shop(
-            *paths,
+            resolve_paths(data_dir, products_path, attributes_path, human_goals_path),
             goals=goals,
             num_products=None if num_products is None else int(num_products),
             catalogue_seed=int(catalogue_seed),

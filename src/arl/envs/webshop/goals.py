@@ -103,7 +103,9 @@ def price_bound(price: float, rng: random.Random) -> tuple[float, str]:
 
 
 def _goal_from_product(product: Product, instruction: str, attributes: Sequence[str], options: Sequence[str],
-                       price_upper: float, weight: float = 1.0, option_names: Sequence[str] | None = None) -> Goal:
+                       price_upper: float, option_names: Sequence[str] | None = None) -> Goal:
+    """The goal of buying ``product`` as ``instruction`` asks, with weight 1 (synthetic goals get their
+    rarity weight afterwards)."""
     return Goal(
         asin=product.asin,
         instruction_text=instruction,
@@ -114,7 +116,6 @@ def _goal_from_product(product: Product, instruction: str, attributes: Sequence[
         query=product.query,
         category=product.category,
         product_category=product.product_category,
-        weight=float(weight),
         option_names=tuple(option_names) if option_names is not None else None,
     )
 

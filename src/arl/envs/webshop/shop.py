@@ -91,16 +91,19 @@ def resolve_paths(data_dir: str | None, products_path: str | None, attributes_pa
 
 @lru_cache(maxsize=8)
 def load_shop(
-    products_path: str | None = None,
-    attributes_path: str | None = None,
-    human_goals_path: str | None = None,
+    paths: tuple[str | None, str | None, str | None] = (None, None, None),
     goals: str = "auto",
     num_products: int | None = None,
     catalogue_seed: int = 0,
     n_products: int = 1000,
     goals_per_product: int = 2,
 ) -> Shop:
-    """The shop of a data source (cached: the same arguments return the same object)."""
+    """The shop of a data source (cached: the same arguments return the same object).
+
+    ``paths`` are WebShop's products, attributes and human-goals files as :func:`resolve_paths` finds
+    them; no products file: the generated catalogue of ``catalogue_seed`` (``n_products`` products,
+    ``goals_per_product`` goals each)."""
+    products_path, attributes_path, human_goals_path = paths
     if goals not in GOAL_SOURCES:
         raise ValueError(f"goals={goals!r} is not valid; valid: {', '.join(GOAL_SOURCES)}")
     if products_path is None:

@@ -241,9 +241,9 @@ def sample_game(split: str, index: int, rules: Rules, goal_library: Mapping[str,
     for _ in range(100):
         kind = rng.choice(tables.TASK_ROOMS[task_type])
         plan = floor_plan(kind, rng.choice(list(indices)))
-        spec = _populate(rng, split, index, attempt, plan, task_type, rules, goal_library)
-        if spec is not None:
-            return spec
+        populated = _populate(rng, plan, task_type, rules, goal_library)
+        if populated is not None:
+            return GameSpec(split, index, attempt, plan, *populated)
     raise RuntimeError(f"no valid household for {task_type} (split {split}, index {index})")  # pragma: no cover
 
 
@@ -260,7 +260,9 @@ def _distractors(rng, kind: str, obj: str, receps: list, rules: Rules, ids: set)
     return things
 
 
-def _populate(rng, split, index, attempt, plan: FloorPlan, task_type, rules: Rules, goal_library) -> GameSpec | None:
+def _populate(rng, plan: FloorPlan, task_type, rules: Rules, goal_library) -> tuple[tuple[Thing, ...], Task] | None:
+    """The things of a household on ``plan`` and its task of ``task_type`` (sorted by object id), or None
+    when the draw left no valid placement."""
     receps = list(plan.receptacles)
     present = {r.rtype for r in receps}
     targets = _target_candidates(task_type, plan.kind, present, rules)
@@ -304,7 +306,7 @@ def _populate(rng, split, index, attempt, plan: FloorPlan, task_type, rules: Rul
     things += _distractors(rng, plan.kind, obj, receps, rules, ids)
     description = describe_task(task_type, obj, parent, toggle, goal_library, rng)
     task = Task(task_type, obj, parent, toggle, description)
-    return GameSpec(split, index, attempt, plan, tuple(sorted(things, key=lambda t: t.oid)), task)
+    return tuple(sorted(things, key=lambda t: t.oid)), task
 
 
 def traj_data(spec: GameSpec) -> dict[str, Any]:
