@@ -29,7 +29,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 from rich.console import Console
 from rich.table import Table
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.distributed.threads import configure_threads
 from arl.envs.pool import EnvPool
 from arl.envs.registry import env_names
@@ -60,7 +60,7 @@ def loop_vs_engine(model, tok, groups: int, group_size: int, mode: str, repeats:
     params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
     engine = HFEngine(model, tok)
     recorder = RecordingEngine(engine)
-    loop = AgentLoop(recorder, tok, "sokoban", SOKOBAN, history_window=2, sample_mode=mode)
+    loop = AgentLoop(recorder, tok, "sokoban", SOKOBAN, LoopOptions(history_window=2, sample_mode=mode))
     tasks = [Task(g, 1000 + g) for g in range(groups)]
     loop.run(tasks[:1], 1, params)  # warm-up
     loop_s, engine_s, tokens, turns = [], [], 0, 0

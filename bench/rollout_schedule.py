@@ -43,7 +43,7 @@ except ImportError:  # run from a checkout without PYTHONPATH=src
 from rich.console import Console
 from rich.table import Table
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.envs.base import EnvSpec, StepResult
 from arl.rollout.engine import SamplingParams
 from arl.utils.config import lookup
@@ -178,10 +178,11 @@ def bench(name: str, args, console: Console) -> dict:
     if w["spread"]:
         engine = SpreadLengths(engine, *w["spread"])
     loops = {
-        schedule: AgentLoop(engine, tok, w["env"], w["env_kwargs"], history_window=w["history_window"],
-                            show_observations=w["show_observations"], max_turns=w["max_turns"],
-                            max_prompt_tokens=w["max_prompt_tokens"], sample_mode=w["sample_mode"],
-                            schedule=schedule, progress_every=None, n_workers=args.n_workers)
+        schedule: AgentLoop(engine, tok, w["env"], w["env_kwargs"],
+                            LoopOptions(history_window=w["history_window"], show_observations=w["show_observations"],
+                                        max_turns=w["max_turns"], max_prompt_tokens=w["max_prompt_tokens"],
+                                        sample_mode=w["sample_mode"], schedule=schedule, progress_every=None,
+                                        n_workers=args.n_workers))
         for schedule in ("lockstep", "episode")
     }
     tasks = [Task(g, args.seed + g) for g in range(groups)]

@@ -62,7 +62,7 @@ def rollout_rows(name: str, args) -> dict:
     path = _cache() / key
     if path.exists():
         return json.loads(path.read_text())
-    from arl.agent.loop import AgentLoop, Task
+    from arl.agent.loop import AgentLoop, LoopOptions, Task
     from arl.agent.samples import collate_episodes
     from arl.models.loading import load_policy
     from arl.rollout.hf_engine import HFEngine
@@ -72,9 +72,10 @@ def rollout_rows(name: str, args) -> dict:
     model.eval()
     groups, group_size = w["episodes"]
     engine = HFEngine(model, tok, max_batch_size=groups * group_size)
-    loop = AgentLoop(engine, tok, w["env"], w["env_kwargs"], history_window=w["history_window"],
-                     show_observations=w["show_observations"], max_turns=w["max_turns"],
-                     max_prompt_tokens=w["max_prompt_tokens"], sample_mode=w["sample_mode"], progress_every=None)
+    loop = AgentLoop(engine, tok, w["env"], w["env_kwargs"],
+                     LoopOptions(history_window=w["history_window"], show_observations=w["show_observations"],
+                                 max_turns=w["max_turns"], max_prompt_tokens=w["max_prompt_tokens"],
+                                 sample_mode=w["sample_mode"], progress_every=None))
     episodes = loop.run([Task(g, args.seed + g) for g in range(groups)], group_size, w["params"])
     loop.close()
     tokens, _ = collate_episodes(episodes, w["sample_mode"], tok.pad_token_id or 0)

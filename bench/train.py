@@ -45,7 +45,7 @@ from omegaconf import OmegaConf
 from rich.console import Console
 from rich.table import Table
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.agent.samples import build_samples, collate_tokens
 from arl.datamodules.batches import micro_batches
 from arl.models.tiny import TinyConfig, build_model
@@ -141,7 +141,7 @@ def make_policy(hidden: int, layers: int, tokenizer):
 
 def rollout_episodes(model, tokenizer, groups: int, group_size: int, max_new_tokens: int, seed: int = 0):
     torch.manual_seed(seed)
-    loop = AgentLoop(HFEngine(model, tokenizer), tokenizer, "sokoban", SOKOBAN, history_window=1)
+    loop = AgentLoop(HFEngine(model, tokenizer), tokenizer, "sokoban", SOKOBAN, LoopOptions(history_window=1))
     try:
         return loop.run([Task(g, 5000 + g) for g in range(groups)], group_size,
                         SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens))

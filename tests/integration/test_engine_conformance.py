@@ -365,7 +365,7 @@ SCHEDULE_ENVS = {
 def test_agent_loop_schedules_agree(make_engine, tiny, env):
     """The per-episode loop rolls out the lockstep loop's episodes on every env: token for token
     under greedy decoding, and (vLLM, which seeds every request in both schedules) under sampling."""
-    from arl.agent.loop import AgentLoop, Task
+    from arl.agent.loop import AgentLoop, LoopOptions, Task
 
     if env == "alfworld":
         pytest.importorskip("alfworld")
@@ -374,7 +374,8 @@ def test_agent_loop_schedules_agree(make_engine, tiny, env):
     tasks = [Task(g, 900 + g) for g in range(2)]
 
     def trace(schedule, params):
-        loop = AgentLoop(engine, tok, env, SCHEDULE_ENVS[env], history_window=1, max_turns=3, schedule=schedule)
+        loop = AgentLoop(engine, tok, env, SCHEDULE_ENVS[env],
+                         LoopOptions(history_window=1, max_turns=3, schedule=schedule))
         try:
             episodes = loop.run(tasks, group_size=2, params=params)
         finally:

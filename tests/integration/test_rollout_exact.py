@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.agent.samples import collate, turn_samples
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams
@@ -26,7 +26,7 @@ def test_rollout_log_probs_match_trainer_forward(tiny):
     """The rollout-vs-trainer log-prob gap is numerical noise, and masks cover responses only."""
     model, tok = tiny
     torch.manual_seed(0)
-    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, history_window=1, max_turns=3)
+    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, LoopOptions(history_window=1, max_turns=3))
     episodes = loop.run([Task(0, 11), Task(1, 12)], group_size=2, params=SamplingParams(temperature=1.0, max_new_tokens=16))
     assert len(episodes) == 4 and all(1 <= ep.num_turns <= 3 for ep in episodes)
     samples = turn_samples(episodes)
@@ -44,7 +44,7 @@ def test_rollout_log_probs_match_trainer_forward(tiny):
 
 def test_same_seed_same_group_start_and_greedy_determinism(tiny):
     model, tok = tiny
-    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, history_window=1, max_turns=2)
+    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, LoopOptions(history_window=1, max_turns=2))
     params = SamplingParams(temperature=0.0, max_new_tokens=12)
     a = loop.run([Task(0, 5), Task(1, 6)], group_size=2, params=params)
     b = loop.run([Task(0, 5), Task(1, 6)], group_size=2, params=params)
@@ -80,7 +80,8 @@ def test_a_long_rollout_logs_its_progress(tiny, caplog):
     params = SamplingParams(temperature=1.0, max_new_tokens=8)
     for every, expect_lines in ((0.0, True), (None, False)):
         caplog.clear()
-        loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {}, history_window=1, max_turns=3, progress_every=every)
+        loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {},
+                         LoopOptions(history_window=1, max_turns=3, progress_every=every))
         with caplog.at_level(logging.INFO, logger="arl.agent.loop"):
             torch.manual_seed(0)
             episodes = loop.run([Task(0, 11)], group_size=2, params=params)

@@ -4,7 +4,7 @@ worker counts, and rollouts that survive failing environments."""
 import pytest
 import torch
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.agent.prompts import TemplateError, TrajectoryTemplate
 from arl.agent.samples import build_samples, collate_tokens
 from arl.modules.forward import forward_log_probs
@@ -16,8 +16,8 @@ SOKOBAN = {"dim_room": [6, 6], "num_boxes": 1, "max_steps": 4, "prompt_style": "
 
 def _loop(tiny, mode="turn", n_workers=0, env="sokoban", kwargs=SOKOBAN, **kw):
     model, tok = tiny
-    return AgentLoop(HFEngine(model, tok), tok, env, kwargs, history_window=1, max_turns=3,
-                     sample_mode=mode, n_workers=n_workers, **kw)
+    return AgentLoop(HFEngine(model, tok), tok, env, kwargs,
+                     LoopOptions(history_window=1, max_turns=3, sample_mode=mode, n_workers=n_workers, **kw))
 
 
 def _trace(episodes):

@@ -11,7 +11,7 @@ import logging
 import pytest
 import torch
 
-from arl.agent.loop import AgentLoop, Task
+from arl.agent.loop import AgentLoop, LoopOptions, Task
 from arl.agent.samples import build_samples, collate_tokens
 from arl.modules.forward import forward_log_probs
 from arl.rollout.engine import SamplingParams
@@ -28,8 +28,8 @@ ENVS = {
 
 def _loop(tiny, schedule, env="sokoban", kwargs=SOKOBAN, max_batch_size=64, max_turns=4, **kw):
     model, tok = tiny
-    return AgentLoop(HFEngine(model, tok, max_batch_size=max_batch_size), tok, env, kwargs, history_window=1,
-                     max_turns=max_turns, schedule=schedule, **kw)
+    return AgentLoop(HFEngine(model, tok, max_batch_size=max_batch_size), tok, env, kwargs,
+                     LoopOptions(history_window=1, max_turns=max_turns, schedule=schedule, **kw))
 
 
 def _trace(episodes):
@@ -140,9 +140,9 @@ def test_episode_schedule_needs_a_streaming_engine(tiny):
 
     _, tok = tiny
     with pytest.raises(ValueError, match="schedule=episode needs a streaming engine"):
-        AgentLoop(Plain(), tok, "sokoban", SOKOBAN, schedule="episode")
+        AgentLoop(Plain(), tok, "sokoban", SOKOBAN, LoopOptions(schedule="episode"))
     with pytest.raises(ValueError, match="schedule='sometimes' is not valid"):
-        AgentLoop(Plain(), tok, "sokoban", SOKOBAN, schedule="sometimes")
+        AgentLoop(Plain(), tok, "sokoban", SOKOBAN, LoopOptions(schedule="sometimes"))
 
 
 def test_an_error_mid_rollout_leaves_no_request_behind(tiny):
@@ -156,11 +156,11 @@ def test_an_error_mid_rollout_leaves_no_request_behind(tiny):
     later = max(len(t.prompt_ids) for e in probe for t in e.turns[1:])
     assert later > first
     engine = HFEngine(model, tok, max_batch_size=2)
-    loop = AgentLoop(engine, tok, "sokoban", {**SOKOBAN, "prompt_style": "full"}, history_window=1, max_turns=4,
-                     schedule="episode", max_prompt_tokens=first)
+    loop = AgentLoop(engine, tok, "sokoban", {**SOKOBAN, "prompt_style": "full"},
+                     LoopOptions(history_window=1, max_turns=4, schedule="episode", max_prompt_tokens=first))
     with pytest.raises(ValueError, match="exceeds rollout.max_prompt_tokens"):
         loop.run(tasks, group_size=2, params=params)
     assert engine.in_flight == 0
-    again = AgentLoop(engine, tok, "sokoban", SOKOBAN, history_window=1, max_turns=4, schedule="episode")
+    again = AgentLoop(engine, tok, "sokoban", SOKOBAN, LoopOptions(history_window=1, max_turns=4, schedule="episode"))
     fresh = _loop(tiny, "episode", max_batch_size=2)
     assert _trace(_run(again, tasks, 2, params)) == _trace(_run(fresh, tasks, 2, params))

@@ -76,14 +76,14 @@ def test_on_episodes_played_on_the_real_engine(tmp_path, capsys, tiny) -> None:
     """Episodes the untrained tiny model played on the real ALFWorld engine, written as a validation
     file writes them: its answers rarely parse, so each episode's first error is counted."""
     pytest.importorskip("alfworld")
-    from arl.agent.loop import AgentLoop, Task
+    from arl.agent.loop import AgentLoop, LoopOptions, Task
     from arl.agent.records import episode_record
     from arl.rollout.engine import SamplingParams
     from arl.rollout.hf_engine import HFEngine
 
     model, tok = tiny
     kwargs = {"data_source": "generated", "num_games": {"train": 4}, "prompt_style": "compact", "max_steps": 4}
-    loop = AgentLoop(HFEngine(model, tok), tok, "alfworld", kwargs, history_window=1, max_turns=4)
+    loop = AgentLoop(HFEngine(model, tok), tok, "alfworld", kwargs, LoopOptions(history_window=1, max_turns=4))
     try:
         episodes = loop.run([Task(0, 1), Task(1, 2)], group_size=2, params=SamplingParams(temperature=1.0,
                                                                                            max_new_tokens=12))

@@ -61,11 +61,12 @@ def test_command_line_values_read_as_hydra_reads_them(tmp_path):
 
 
 def _loop(tiny):
-    from arl.agent.loop import AgentLoop
+    from arl.agent.loop import AgentLoop, LoopOptions
     from arl.rollout.hf_engine import HFEngine
 
     model, tok = tiny
-    return AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact", "max_steps": 3}, history_window=1, max_turns=3)
+    return AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact", "max_steps": 3},
+                     LoopOptions(history_window=1, max_turns=3))
 
 
 def test_sampled_validation_is_reproducible_named_and_leaves_the_training_stream_alone(tiny, tmp_path):

@@ -126,8 +126,42 @@ class Rollout:
         return [s.episode for s in self.slots]
 
 
+@dataclass(frozen=True)
+class LoopOptions:
+    """How the agent loop plays its episodes (the ``env.*`` and ``rollout.*`` keys of the same names).
+
+    Attributes:
+        history_window: earlier turns shown as text in a ``turn``-mode prompt.
+        show_observations: the history shows those turns' observations too, not only the actions.
+        max_turns: turns per episode (None: the environment's own limit; never above it).
+        max_prompt_tokens: a longer prompt ends the episode (``trajectory``: its growing stream).
+        sample_mode: ``turn`` or ``trajectory`` (module docstring).
+        schedule: ``lockstep`` or ``episode`` (module docstring).
+        n_workers: environment worker processes (0: in this process).
+        step_timeout: seconds an env step may take before its worker is restarted.
+        progress_every: seconds between progress lines of a long rollout (None: silent).
+    """
+
+    history_window: int = 2
+    show_observations: bool = False
+    max_turns: int | None = None
+    max_prompt_tokens: int = 2048
+    sample_mode: str = "turn"
+    schedule: str = "lockstep"
+    n_workers: int = 0
+    step_timeout: float = 60.0
+    progress_every: float | None = 60.0
+
+    def __post_init__(self) -> None:
+        if self.sample_mode not in SAMPLE_MODES:
+            raise ValueError(f"sample_mode={self.sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r} is not valid; valid: {', '.join(SCHEDULES)}")
+
+
 class AgentLoop:
-    """Multi-turn rollouts of one environment type."""
+    """Multi-turn rollouts of one environment type (``env_name`` built with ``env_kwargs``), played as
+    ``options`` say."""
 
     def __init__(
         self,
@@ -135,35 +169,24 @@ class AgentLoop:
         tokenizer,
         env_name: str,
         env_kwargs: dict[str, Any] | None = None,
-        history_window: int = 2,
-        show_observations: bool = False,
-        max_turns: int | None = None,
-        max_prompt_tokens: int = 2048,
-        sample_mode: str = "turn",
-        n_workers: int = 0,
-        step_timeout: float = 60.0,
-        progress_every: float | None = 60.0,
-        schedule: str = "lockstep",
+        options: LoopOptions = LoopOptions(),
     ):
-        if sample_mode not in SAMPLE_MODES:
-            raise ValueError(f"sample_mode={sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule={schedule!r} is not valid; valid: {', '.join(SCHEDULES)}")
+        schedule, sample_mode = options.schedule, options.sample_mode
         if schedule == "episode" and not callable(getattr(engine, "submit", None)):
             raise ValueError(f"schedule=episode needs a streaming engine (submit/poll); {type(engine).__name__} has none")
         self.schedule = schedule
         self.engine = engine
         self.tokenizer = tokenizer
-        self.pool = EnvPool(env_name, env_kwargs, n_workers=n_workers, step_timeout=step_timeout)
+        self.pool = EnvPool(env_name, env_kwargs, n_workers=options.n_workers, step_timeout=options.step_timeout)
         self.spec = self.pool.spec
         self.env_name = env_name
-        self.history_window = history_window
-        self.show_observations = show_observations
-        self.max_turns = min(max_turns or self.spec.max_turns, self.spec.max_turns)
-        self.max_prompt_tokens = max_prompt_tokens
+        self.history_window = options.history_window
+        self.show_observations = options.show_observations
+        self.max_turns = min(options.max_turns or self.spec.max_turns, self.spec.max_turns)
+        self.max_prompt_tokens = options.max_prompt_tokens
         self.last_stats = RolloutStats()
         self.sample_mode = sample_mode
-        self.progress_every = progress_every  # seconds between progress lines of a long run (None: silent)
+        self.progress_every = options.progress_every  # seconds between progress lines of a long run (None: silent)
         self.template: TrajectoryTemplate | None = None
         if sample_mode == "trajectory":
             template = TrajectoryTemplate(tokenizer)

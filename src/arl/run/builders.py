@@ -18,7 +18,7 @@ import torch
 from hydra.utils import instantiate
 
 from arl.agent.corpus import corpus_texts
-from arl.agent.loop import AgentLoop
+from arl.agent.loop import AgentLoop, LoopOptions
 from arl.algos import filters
 from arl.callbacks import ThreadRebalance, WeightSync
 from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
@@ -110,14 +110,16 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer) ->
         tokenizer,
         env.name,
         env.kwargs,
-        history_window=env.history_window,
-        show_observations=env.show_observations,
-        max_turns=env.max_turns,
-        max_prompt_tokens=r.max_prompt_tokens,
-        sample_mode=r.sample_mode,
-        schedule=r.schedule,
-        n_workers=r.n_workers,
-        step_timeout=r.step_timeout,
+        LoopOptions(
+            history_window=env.history_window,
+            show_observations=env.show_observations,
+            max_turns=env.max_turns,
+            max_prompt_tokens=r.max_prompt_tokens,
+            sample_mode=r.sample_mode,
+            schedule=r.schedule,
+            n_workers=r.n_workers,
+            step_timeout=r.step_timeout,
+        ),
     )
 
 

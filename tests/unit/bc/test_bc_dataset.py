@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arl.agent.loop import AgentLoop
+from arl.agent.loop import AgentLoop, LoopOptions
 from arl.agent.records import Episode, Turn
 from arl.bc import (
     BCEpisode,
@@ -26,7 +26,8 @@ from arl.rollout.hf_engine import HFEngine
 @pytest.fixture(scope="module")
 def expert_items(tiny):
     model, tok = tiny
-    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact"}, history_window=1, max_turns=10)
+    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact"},
+                     LoopOptions(history_window=1, max_turns=10))
     items, stats = collect_expert(loop, bc_seeds(0, 12))
     loop.close()
     return items, stats
@@ -125,7 +126,8 @@ def test_dagger_refuses_trajectory_samples(tiny):
     from arl.rollout.engine import SamplingParams
 
     model, tok = tiny
-    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact"}, sample_mode="trajectory")
+    loop = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "compact"},
+                     LoopOptions(sample_mode="trajectory"))
     assert loop.sample_mode == "trajectory"
     with pytest.raises(ValueError, match="DAgger needs turn samples"):
         dagger(loop, [1, 2], SamplingParams())
