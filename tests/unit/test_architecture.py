@@ -152,8 +152,11 @@ def _functions(src: Path = SRC.parent):
                 yield f"{path.relative_to(src)}:{fn.lineno} {fn.name}", fn
 
 
-LONG_FUNCTIONS_MAX = 4  # over 50 lines, docstring included: the loss, GiGPO's parts, vLLM's set-up, the plan's advice
-WIDE_FUNCTIONS_MAX = 24  # over 6 parameters (self excluded): the env constructors and the estimators, mostly
+LONG_FUNCTIONS_MAX = 3  # over 50 lines, docstring included: the loss, vLLM's set-up, the plan's advice
+# over 6 parameters (self excluded): constructors whose keyword parameters are their config keys (the four
+# environments' env.kwargs, the collapse detector's and the SFT stage's Hydra groups), load_policy, vLLM's
+# engine and the Sokoban level generator
+WIDE_FUNCTIONS_MAX = 10
 
 
 def test_functions_stay_short_and_narrow():

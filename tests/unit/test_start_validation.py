@@ -61,20 +61,20 @@ def test_save_then_load_round_trip(tmp_path):
     episodes.write_text(json.dumps({"seed": 7, "won": True}) + "\n")
     values = {"val/success_rate": 0.25, "val/return_mean": 2.5}
     assert sv.load(tmp_path / "cache", "k") is None
-    entry = sv.save(tmp_path / "cache", "k", values, "val_sampled", episodes, written_by="run-a")
+    entry = sv.save(tmp_path / "cache", "k", sv.StartValidation(values, "val_sampled", "run-a", str(episodes)))
     stored = sv.load(tmp_path / "cache", "k")
-    assert stored["values"] == values and stored["protocol"] == "val_sampled" and stored["written_by"] == "run-a"
-    assert stored["entry"] == str(entry)
+    assert stored.values == values and stored.protocol == "val_sampled" and stored.written_by == "run-a"
+    assert stored.entry == str(entry)
     assert (entry / sv.EPISODES).read_text() == episodes.read_text()
     assert not list((tmp_path / "cache").glob(".*.tmp"))  # the temporary folder became the entry
 
 
 def test_the_first_entry_stays(tmp_path):
-    sv.save(tmp_path, "k", {"val/success_rate": 0.25}, "", None, written_by="first")
-    sv.save(tmp_path, "k", {"val/success_rate": 0.75}, "", None, written_by="second")
+    sv.save(tmp_path, "k", sv.StartValidation({"val/success_rate": 0.25}, "", "first"))
+    sv.save(tmp_path, "k", sv.StartValidation({"val/success_rate": 0.75}, "", "second"))
     stored = sv.load(tmp_path, "k")
-    assert stored["written_by"] == "first" and stored["values"]["val/success_rate"] == 0.25
-    assert stored["episodes"] is None  # the first run kept no episode files
+    assert stored.written_by == "first" and stored.values["val/success_rate"] == 0.25
+    assert stored.episodes is None  # the first run kept no episode files
 
 
 def test_source_commit_is_this_checkout():
@@ -115,6 +115,6 @@ def test_generator_states_round_trip_and_their_digest_sees_each_stream():
 
 def test_the_states_after_travel_with_the_entry(tmp_path):
     after = sv.rng_states()
-    sv.save(tmp_path, "k", {"val/success_rate": 0.5}, "", None, written_by="a", rng_after=after)
+    sv.save(tmp_path, "k", sv.StartValidation({"val/success_rate": 0.5}, "", "a", rng_after=after))
     stored = sv.load(tmp_path, "k")
-    assert sv.rng_digest(stored["rng_after"]) == sv.rng_digest(after)
+    assert sv.rng_digest(stored.rng_after) == sv.rng_digest(after)

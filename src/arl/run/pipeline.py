@@ -208,18 +208,21 @@ def _validate_start(run: RunSettings, model, module, trainer, dm) -> str:
     if stored is None:
         trainer.validate(module, datamodule=dm, verbose=False)
         episodes = episodes_file(episodes_cb.dirpath, 0) if episodes_cb is not None else None
-        entry = start_validation.save(cache, key, module.last_val, module.val_protocol, episodes,
-                                      written_by=run.paths.output_dir, rng_after=start_validation.rng_states())
+        played = start_validation.StartValidation(
+            module.last_val, module.val_protocol, written_by=run.paths.output_dir,
+            episodes=None if episodes is None else str(episodes), rng_after=start_validation.rng_states(),
+        )
+        entry = start_validation.save(cache, key, played)
         console.print(f"start validation played and stored for the other runs of this start: {entry}")
         return f"played, stored as {entry}"
-    module.adopt_validation(stored["values"], stored["protocol"], trainer.loggers)
-    if stored["rng_after"] is not None:  # where the playing run's random stream stood after it
-        start_validation.set_rng_states(stored["rng_after"])
-    if episodes_cb is not None and stored["episodes"]:
-        rows = [json.loads(line) for line in Path(stored["episodes"]).read_text().splitlines() if line.strip()]
+    module.adopt_validation(stored.values, stored.protocol, trainer.loggers)
+    if stored.rng_after is not None:  # where the playing run's random stream stood after it
+        start_validation.set_rng_states(stored.rng_after)
+    if episodes_cb is not None and stored.episodes:
+        rows = [json.loads(line) for line in Path(stored.episodes).read_text().splitlines() if line.strip()]
         episodes_cb.write(trainer, rows, 0)
-    console.print(f"start validation read back from {stored['entry']} (played by {stored['written_by']})")
-    return f"read back from {stored['entry']} (played by {stored['written_by']})"
+    console.print(f"start validation read back from {stored.entry} (played by {stored.written_by})")
+    return f"read back from {stored.entry} (played by {stored.written_by})"
 
 
 def _export_policy(parts: Parts, module, trainer, out_dir: Path) -> str:

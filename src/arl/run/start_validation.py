@@ -33,6 +33,7 @@ import os
 import random
 import shutil
 import subprocess
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -113,47 +114,60 @@ def start_key(c: dict[str, Any], weights: str, commit: str | None = None, rng: s
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def load(cache_dir: str | Path, key: str) -> dict[str, Any] | None:
-    """The stored start validation of ``key``: its record (``values``: the ``val/*`` metrics,
-    ``protocol``: how the episodes were sampled, ``written_by``: the run that played it) with
-    ``episodes`` (the path of its ``iter0.jsonl``, or None when the run kept no episode files) and
-    ``rng_after`` (the generator states after it, or None); None when there is none."""
+@dataclass(frozen=True)
+class StartValidation:
+    """One start validation, as a run stores it and a later run reads it back.
+
+    Attributes:
+        values: the ``val/*`` metrics.
+        protocol: how the episodes were sampled (``val_sampled`` or ``val_greedy``).
+        written_by: the run that played it (its output folder).
+        episodes: its ``iter0.jsonl`` (None when the run kept no episode files).
+        rng_after: the generator states after it (None: not kept).
+        entry: the cache folder it was read from (None before it is stored).
+    """
+
+    values: dict[str, float]
+    protocol: str
+    written_by: str
+    episodes: str | None = None
+    rng_after: dict[str, Any] | None = None
+    entry: str | None = None
+
+
+def load(cache_dir: str | Path, key: str) -> StartValidation | None:
+    """The stored start validation of ``key``; None when there is none."""
     entry = Path(cache_dir) / key
     record = entry / RECORD
     if not record.is_file():
         return None
     stored = json.loads(record.read_text())
     episodes = entry / EPISODES
-    stored["episodes"] = str(episodes) if episodes.is_file() else None
-    stored["rng_after"] = torch.load(entry / RNG, weights_only=False) if (entry / RNG).is_file() else None
-    stored["entry"] = str(entry)
-    return stored
+    return StartValidation(
+        values=stored["values"],
+        protocol=stored["protocol"],
+        written_by=stored["written_by"],
+        episodes=str(episodes) if episodes.is_file() else None,
+        rng_after=torch.load(entry / RNG, weights_only=False) if (entry / RNG).is_file() else None,
+        entry=str(entry),
+    )
 
 
-def save(
-    cache_dir: str | Path,
-    key: str,
-    values: dict[str, float],
-    protocol: str,
-    episodes: str | Path | None,
-    written_by: str,
-    rng_after: dict[str, Any] | None = None,
-) -> Path:
-    """Store a start validation under ``key`` (its metrics ``values``, sampling ``protocol`` and,
-    when given, the ``episodes`` file and the generator states after it, ``rng_after``); an entry
-    already there is kept. Returns the entry's folder."""
+def save(cache_dir: str | Path, key: str, validation: StartValidation) -> Path:
+    """Store ``validation`` under ``key`` (with its episodes file and generator states where it has
+    them); an entry already there is kept. Returns the entry's folder."""
     entry = Path(cache_dir) / key
     if (entry / RECORD).is_file():
         return entry
     tmp = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if episodes is not None and Path(episodes).is_file():
-        shutil.copyfile(episodes, tmp / EPISODES)
-    if rng_after is not None:
-        torch.save(rng_after, tmp / RNG)
-    record = {"key": key, "values": {k: float(v) for k, v in values.items()}, "protocol": protocol,
-              "written_by": written_by}
+    if validation.episodes is not None and Path(validation.episodes).is_file():
+        shutil.copyfile(validation.episodes, tmp / EPISODES)
+    if validation.rng_after is not None:
+        torch.save(validation.rng_after, tmp / RNG)
+    values = {k: float(v) for k, v in validation.values.items()}
+    record = {"key": key, "values": values, "protocol": validation.protocol, "written_by": validation.written_by}
     (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     try:
         os.rename(tmp, entry)
