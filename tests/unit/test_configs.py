@@ -221,6 +221,18 @@ def test_bc_experiments_stop_after_behaviour_cloning():
         validate_config(compose(["experiment=bc_webshop", "bc.val_every=0"]))
 
 
+def test_a_pass_is_split_by_one_of_the_two_mini_batch_keys():
+    """rl.mini_batches (a count of steps) and rl.mini_batch_size (samples a step) choose one thing: a run sets
+    exactly one, so a count given over a preset that sizes by samples is refused, not silently ignored."""
+    assert validate_config(compose([])).rl.mini_batches == 2
+    sized = validate_config(compose(["experiment=sampo_alfworld", "debug=cpu_small"])).rl
+    assert (sized.mini_batches, sized.mini_batch_size) == (None, 256)
+    for overrides in (["rl.mini_batch_size=64"], ["rl.mini_batches=null"],
+                      ["experiment=sampo_alfworld", "debug=cpu_small", "rl.mini_batches=4"]):
+        with pytest.raises(ConfigError, match="set exactly one, the other null"):
+            validate_config(compose(overrides))
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -482,21 +494,21 @@ def test_the_horizon_is_the_generation_budget():
     assert horizon(["algo.loss.horizon=7"]) == 7
 
 
-@pytest.mark.parametrize("overrides,reuse", [
-    ([], True),                                                  # the transformers engine in fp32
-    (["rl.old_log_probs=recompute"], False),
-    (["algo.rollout_correction.enabled=true"], False),           # the correction measures that very gap
-    (["trainer=gpu"], False),                                    # bf16 autocast in the trainer
-    (["trainer=fsdp2"], False),                                  # FSDP2's bf16 parameters (sharding.mixed_precision)
-    (["trainer=fsdp2_cpu"], True),                               # the same lane in fp32
-    (["experiment=sampo_sokoban"], False),                       # vLLM in bf16
-    (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], True),
+@pytest.mark.parametrize("overrides,source", [
+    ([], "rollout"),                                                     # the transformers engine in fp32
+    (["rl.old_log_probs=recompute"], "recompute"),
+    (["algo.rollout_correction.enabled=true"], "recompute"),             # the correction measures that very gap
+    (["trainer=gpu"], "recompute"),                                      # bf16 autocast in the trainer
+    (["trainer=fsdp2"], "recompute"),                                    # FSDP2's bf16 parameters
+    (["trainer=fsdp2_cpu"], "rollout"),                                  # the same lane in fp32
+    (["experiment=sampo_sokoban"], "recompute"),                         # vLLM in bf16
+    (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], "rollout"),
 ])
-def test_when_the_rollout_log_probs_are_reused(overrides, reuse):
-    from arl.run.builders import reuse_rollout_log_probs
+def test_where_pi_old_comes_from(overrides, source):
+    from arl.run.builders import old_log_probs_source
     from arl.run.settings import run_settings
 
-    assert reuse_rollout_log_probs(run_settings(compose(overrides))) is reuse
+    assert old_log_probs_source(run_settings(compose(overrides))) == source
 
 
 def test_config_tests_skip_without_the_smollm2_extra(tmp_path):

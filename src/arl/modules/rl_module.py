@@ -40,6 +40,7 @@ from arl.utils.metrics import SAME, SUM, Metrics, combine
 from arl.utils.timing import timed
 
 _ADDITIVE_METRICS = ("pg_loss", "kl_loss", "entropy", "masked_seqs")
+OLD_LOG_PROBS_SOURCES = ("rollout", "recompute")  # where pi_old comes from (rl.old_log_probs, auto resolved)
 log = logging.getLogger(__name__)
 
 
@@ -50,18 +51,19 @@ class UpdateSettings:
     below from other groups). The defaults are for programmatic use (benchmarks, tests); a run takes
     every value from its config.
 
-    - ``ppo_epochs``, ``mini_batches``: passes over one iteration's samples, and optimiser steps per
-      pass; ``mini_batch_size``: samples per optimiser step over all ranks (the official scripts'
-      ``ppo_mini_batch_size``): a pass makes ``ceil(samples / mini_batch_size)`` steps, so a rollout
-      with more turns gives more steps; None keeps ``mini_batches`` steps;
+    - ``ppo_epochs``: passes over one iteration's samples; a pass makes either ``mini_batches``
+      optimiser steps, or, with ``mini_batch_size`` (samples per optimiser step over all ranks, the
+      official scripts' ``ppo_mini_batch_size``), ``ceil(samples / mini_batch_size)`` steps, so a
+      rollout with more turns gives more steps (a run sets one of the two, ``arl.run.checks``);
     - ``micro_token_budget``: padded tokens per micro-batch (forward/backward chunk);
     - ``grad_clip``: max global gradient norm; ``warmup_steps``: linear LR warm-up in optimiser steps;
     - ``temperature``: the rollout's sampling temperature (``rollout.temperature``), which scoring
       divides the logits by;
-    - ``reuse_rollout_log_probs``: take ``old_log_probs`` from the rollout engine instead of a
-      trainer forward pass (``rl.old_log_probs``). Only exact when the engine scores with this very
-      policy in the trainer's precision (the transformers engine in fp32); the rollout-vs-trainer
-      gap (``is/rollout_*``) is then not measured;
+    - ``old_log_probs``: where pi_old comes from, ``rl.old_log_probs`` with ``auto`` resolved:
+      ``rollout`` takes the rollout engine's own log-probs, ``recompute`` a trainer forward pass.
+      ``rollout`` is only exact when the engine scores with this very policy in the trainer's
+      precision (the transformers engine in fp32); the rollout-vs-trainer gap (``is/rollout_*``) is
+      then not measured;
     - ``logit_chunk_tokens``: scored positions projected onto the vocabulary at once
       (``model.logit_chunk_tokens``; :mod:`arl.modules.forward`);
     - ``balance_tokens``: deal each global mini-batch's rows out to the data-parallel ranks by their
@@ -72,13 +74,13 @@ class UpdateSettings:
     """
 
     ppo_epochs: int = 1
-    mini_batches: int = 2
+    mini_batches: int | None = 2
     mini_batch_size: int | None = None
     micro_token_budget: int = 8192
     grad_clip: float = 1.0
     warmup_steps: int = 0
     temperature: float = 1.0
-    reuse_rollout_log_probs: bool = False
+    old_log_probs: str = "recompute"
     logit_chunk_tokens: int = CHUNK_TOKENS
     balance_tokens: bool = True
     sharding: Mapping[str, Any] | None = None
@@ -119,14 +121,16 @@ class AgenticRLModule(LightningModule):
         self.advantage_fn = advantages.get(self.algo.advantage.name)
         self.optimizer_factory = optimizer
         self.ppo_epochs = update.ppo_epochs
-        self.mini_batches = update.mini_batches
+        self.mini_batches = int(update.mini_batches or 1)
         self.mini_batch_size = int(update.mini_batch_size) if update.mini_batch_size else None
         self.micro_token_budget = update.micro_token_budget
         self.grad_clip = update.grad_clip
         self.warmup_steps = update.warmup_steps
         self.temperature = update.temperature
         self.logit_chunk_tokens = int(update.logit_chunk_tokens)
-        self.reuse_rollout_log_probs = bool(update.reuse_rollout_log_probs)
+        if update.old_log_probs not in OLD_LOG_PROBS_SOURCES:
+            raise ValueError(f"old_log_probs={update.old_log_probs!r}; valid: {', '.join(OLD_LOG_PROBS_SOURCES)}")
+        self.old_log_probs = update.old_log_probs
         self.balance_tokens = bool(update.balance_tokens)
         if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
@@ -328,11 +332,11 @@ class AgenticRLModule(LightningModule):
 
     def _old_log_probs(self, data: dict[str, torch.Tensor] | None, on_policy: bool) -> torch.Tensor | None:
         """log pi_old of the sampled tokens (B, L) when the update (ratio) or the KL reward reads
-        them, else None: the rollout engine's (``reuse_rollout_log_probs``) or scored by the policy.
+        them, else None: the rollout engine's (``old_log_probs="rollout"``) or scored by the policy.
         A rank without rows (``data`` None) still runs the scoring forwards, and gets None."""
         if on_policy and self.algo.kl.in_loss:
             return None
-        if self.reuse_rollout_log_probs:  # the engine scored the sampled tokens with these very weights
+        if self.old_log_probs == "rollout":  # the engine scored the sampled tokens with these very weights
             return None if data is None else data["rollout_log_probs"] * data["response_mask"]
         return self._score(self.policy, data)
 
@@ -415,7 +419,7 @@ class AgenticRLModule(LightningModule):
                      advantages.shared_anchor_fraction(table["group_id"], table["anchor_key"]), n_turns)
         for key, value in estimator_metrics.items():  # the estimator's own (GiGPO: step_std)
             metrics.mean(f"adv/{key}", float(value), n_turns)
-        if "old_log_probs" in data and not self.reuse_rollout_log_probs:
+        if "old_log_probs" in data and self.old_log_probs == "recompute":
             gap = diagnostics.logprob_gap(data["old_log_probs"], data["rollout_log_probs"], mask)
             n_tokens = float(mask.sum())
             for k, v in gap.items():

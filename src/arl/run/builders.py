@@ -179,26 +179,27 @@ def build_trainer(run: RunSettings, stage: str, callbacks: list, model=None, pur
     return trainer
 
 
-def reuse_rollout_log_probs(run: RunSettings) -> bool:
-    """Whether ``old_log_probs`` may be the rollout's own (``rl.old_log_probs``).
+def old_log_probs_source(run: RunSettings) -> str:
+    """``rl.old_log_probs`` resolved: ``rollout`` (pi_old is the rollout's own log-probs) or ``recompute``.
 
-    ``auto`` reuses them where they are what a trainer pass would compute: the transformers
+    ``auto`` takes the rollout's where they are what a trainer pass would compute: the transformers
     engine (it generates with the policy module itself, or a copy synced after every update)
     in fp32 with fp32 training (neither ``trainer.precision`` nor FSDP2's
     ``trainer.sharding.mixed_precision`` computing in half precision), and no rollout
     correction (which measures exactly that gap).
     """
     if run.rl.old_log_probs != "auto":
-        return run.rl.old_log_probs == "rollout"
+        return run.rl.old_log_probs
     precision = str(run.trainer.get("precision", "32-true"))
     sharded_half = is_sharded(run.trainer) and bool((run.trainer.get("sharding") or {}).get("mixed_precision"))
-    return (
+    exact = (
         run.rollout.engine == "hf"
         and run.model.dtype == "float32"
         and precision in ("32", "32-true")
         and not sharded_half
         and not run.algo.rollout_correction.enabled
     )
+    return "rollout" if exact else "recompute"
 
 
 def reference_copy(model, dtype: str | None = None):
@@ -235,7 +236,7 @@ def build_rl_module(run: RunSettings, model, tokenizer) -> AgenticRLModule:
         grad_clip=rl.grad_clip,
         warmup_steps=rl.warmup_steps,
         temperature=run.rollout.temperature or 1.0,
-        reuse_rollout_log_probs=reuse_rollout_log_probs(run),
+        old_log_probs=old_log_probs_source(run),
         logit_chunk_tokens=run.model.logit_chunk_tokens,
         balance_tokens=rl.balance_tokens,
         sharding=run.trainer.get("sharding"),

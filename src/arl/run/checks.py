@@ -93,6 +93,12 @@ def _validate_rollout(r: RolloutSettings) -> None:
 
 def _validate_rl(run: RunSettings) -> None:
     """The rules between ``rl`` and other groups, the trainer's scale and the memory plan's settings."""
+    if (run.rl.mini_batches is None) == (run.rl.mini_batch_size is None):
+        raise ConfigError(
+            f"rl.mini_batches={run.rl.mini_batches!r} and rl.mini_batch_size={run.rl.mini_batch_size!r}: set exactly "
+            "one, the other null (mini_batches: a fixed count of optimiser steps a pass; mini_batch_size: samples a "
+            "step, the official sizing)"
+        )
     if run.rl.old_log_probs == "rollout" and run.algo.rollout_correction.enabled:
         raise ConfigError(
             "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "

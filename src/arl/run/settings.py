@@ -115,7 +115,7 @@ class RLSettings:
     enabled: bool = required(BOOLEAN)
     iterations: int = required(COUNT)
     ppo_epochs: int = required(COUNT)
-    mini_batches: int = required(COUNT)
+    mini_batches: int | None = required(optional(COUNT))
     mini_batch_size: int | None = required(optional(COUNT))
     micro_token_budget: int = required(COUNT)
     balance_tokens: bool = required(BOOLEAN)
