@@ -5,7 +5,10 @@
 1. ``loss_mat, m = policy_losses.get(cfg.loss.name)(...)``;
 2. sequence masking (``cfg.seq_mask``): the policy-loss mask drops negative-advantage
    low-ratio sequences; KL and entropy keep the full response mask;
-3. truncated IS (``cfg.rollout_correction``): ``loss_mat *= min(exp(old - rollout), cap)``;
+3. rollout correction (``cfg.rollout_correction``): ``loss_mat *= w``, the importance weight of
+   pi_old against the sampling policy at token, sequence or geometric level, truncated or masked at
+   the cap (:func:`arl.algos.policy_losses.rollout_is_weights`: truncated IS, or decoupled PPO's
+   behaviour weight for stale samples);
 4. ``pg_loss = agg_loss(loss_mat, policy mask, cfg.loss.agg, ...)``;
 5. ``+ kl.coef * agg_loss(kl_penalty(log_prob, ref_log_prob))`` when ``cfg.kl.in_loss``;
 6. ``- entropy_coef * agg_loss(entropy)``.
@@ -106,7 +109,7 @@ def actor_loss(
     )
 
     pg_mask, masked_seqs = _sequence_mask(log_prob, old_log_prob, advantages, mask, cfg)
-    loss_mat = _truncated_is(loss_mat, old_log_prob, rollout_log_prob, mask, cfg)
+    loss_mat = _rollout_correction(loss_mat, old_log_prob, rollout_log_prob, mask, cfg)
 
     pg_loss = aggregate(loss_mat, pg_mask)
     loss = pg_loss
@@ -148,14 +151,16 @@ def _sequence_mask(
     return pg_mask, dropped.to(log_prob.dtype).sum()
 
 
-def _truncated_is(
+def _rollout_correction(
     loss_mat: Tensor, old_log_prob: Tensor, rollout_log_prob: Tensor | None, mask: Tensor, cfg: AlgoConfig
 ) -> Tensor:
-    """Step 3, truncated IS (``cfg.rollout_correction``): ``loss_mat`` (B, T) times
-    ``min(exp(old - rollout), cap)``; ``loss_mat`` itself when disabled."""
+    """Step 3, the rollout correction (``cfg.rollout_correction``): ``loss_mat`` (B, T) times the
+    importance weights of :func:`~arl.algos.policy_losses.rollout_is_weights`; ``loss_mat`` itself
+    when disabled."""
     if not cfg.rollout_correction.enabled:
         return loss_mat
     if rollout_log_prob is None:
         raise ValueError("rollout_correction is enabled but rollout_log_prob was not given")
-    weights = policy_losses.truncated_is_weights(old_log_prob, rollout_log_prob, mask, cfg.rollout_correction.cap)
+    rc = cfg.rollout_correction
+    weights = policy_losses.rollout_is_weights(old_log_prob, rollout_log_prob, mask, rc.cap, rc.level, rc.mode)
     return loss_mat * weights

@@ -256,15 +256,43 @@ def sequence_mask(
         return mask * (~drop).to(mask.dtype).unsqueeze(-1)
 
 
-def truncated_is_weights(old_log_prob: Tensor, rollout_log_prob: Tensor, response_mask: Tensor, cap: float) -> Tensor:
-    """Truncated importance weights for the rollout-engine vs trainer mismatch.
+#: where the rollout importance weight is formed (``algo.rollout_correction.level``)
+IS_LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
+#: what a weight above the cap becomes (``algo.rollout_correction.mode``)
+IS_MODES: tuple[str, ...] = ("truncate", "mask")
 
-    w_t = min(exp(log pi_old,t - log pi_rollout,t), cap), detached; the log difference is
-    clamped to [-20, 20] before exp. Positions outside ``response_mask`` get weight 0.
 
-    Shapes: all inputs (B, T); returns (B, T).
+def rollout_is_weights(
+    old_log_prob: Tensor, rollout_log_prob: Tensor, response_mask: Tensor, cap: float, level: str, mode: str
+) -> Tensor:
+    """Importance weights of pi_old against the policy that sampled the tokens (pi_rollout), detached.
+
+    With pi_old recomputed by the trainer this is the rollout correction: for the engine-vs-trainer
+    mismatch truncated IS (Yao et al. 2025), and for stale samples decoupled PPO's behaviour weight
+    pi_prox / pi_behav (Fu et al. 2025, AReaL), pi_old being the proximal policy, the learner's
+    weights before the update. With log rho_t = log pi_old,t - log pi_rollout,t (clamped to
+    [-20, 20]):
+
+    - ``level``: ``token`` w_t = rho_t; ``sequence`` w = exp(sum_t m_t log rho_t), the sequence's
+      likelihood ratio, on every token of the row; ``geometric`` w = exp(mean_t log rho_t), its
+      per-token geometric mean (the scale of GSPO's sequence ratio, which SAMPO uses);
+    - ``mode``: ``truncate`` min(w, cap) (truncated IS); ``mask`` w where w <= cap, else 0 (AReaL's
+      behaviour-weight cap: a token, or a row at sequence levels, past the cap takes no gradient; it
+      still counts in the loss's normaliser).
+
+    Positions outside ``response_mask`` get weight 0. Shapes: all inputs (B, T); returns (B, T).
     """
+    if level not in IS_LEVELS:
+        raise ValueError(f"level={level!r} is not valid; valid: {', '.join(IS_LEVELS)}")
+    if mode not in IS_MODES:
+        raise ValueError(f"mode={mode!r} is not valid; valid: {', '.join(IS_MODES)}")
     with torch.no_grad():
-        log_w = (old_log_prob - rollout_log_prob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        weights = torch.exp(log_w).clamp(max=cap)
-        return weights * response_mask.to(weights.dtype)
+        mask = response_mask.to(old_log_prob.dtype)
+        log_rho = (old_log_prob - rollout_log_prob) * mask
+        if level == "sequence":
+            log_rho = log_rho.sum(dim=-1, keepdim=True).expand_as(log_rho)
+        elif level == "geometric":
+            log_rho = (log_rho.sum(dim=-1, keepdim=True) / mask.sum(dim=-1, keepdim=True).clamp_min(1.0)).expand_as(log_rho)
+        weights = torch.exp(log_rho.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+        weights = weights.clamp(max=cap) if mode == "truncate" else torch.where(weights <= cap, weights, 0.0)
+        return weights * mask

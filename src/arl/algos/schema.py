@@ -76,10 +76,22 @@ class SeqMaskConfig:
 
 @dataclass(frozen=True)
 class RolloutCorrectionConfig:
-    """``algo.rollout_correction``: truncated importance weight against the rollout engine's policy."""
+    """``algo.rollout_correction``: the importance weight of pi_old against the policy that sampled the
+    tokens: truncated IS for the engine-vs-trainer mismatch, decoupled PPO's behaviour weight for stale
+    samples (:func:`arl.algos.policy_losses.rollout_is_weights`)."""
 
-    enabled: bool = setting(False, "truncated IS weight min(pi_old / pi_rollout, cap) on every token", BOOLEAN)
-    cap: float = setting(2.0, "truncation cap (>= 1)", number(1.0))
+    enabled: bool = setting(False, "weigh every token's loss by w = pi_old / pi_rollout (as level and mode say)", BOOLEAN)
+    cap: float = setting(2.0, "the weight's cap (>= 1)", number(1.0))
+    level: str = setting(
+        "token",
+        "token (w per token) | sequence (the row's likelihood ratio) | geometric (its per-token geometric mean, "
+        "GSPO's scale)",
+        one_of(lambda: policy_losses.IS_LEVELS),
+    )
+    mode: str = setting(
+        "truncate", "truncate (min(w, cap): TIS) | mask (w past the cap becomes 0: AReaL's decoupled PPO)",
+        one_of(lambda: policy_losses.IS_MODES),
+    )
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arl.algos import aggregation, policy_losses
-from arl.algos.policy_losses import sequence_mask, truncated_is_weights
+from arl.algos.policy_losses import rollout_is_weights, sequence_mask
 from arl.algos.schema import LossConfig
 
 F64 = torch.float64
@@ -196,9 +196,57 @@ def test_truncated_is_weights_hand() -> None:
     # old - rollout = [ln 1.5, ln 3, ln 0.5, 50 (masked)], cap 2 -> [1.5, 2, 0.5, 0]
     old = t([[0.0, 0.0, 0.0, 0.0]]).requires_grad_(True)
     rollout = t([[-math.log(1.5), -math.log(3.0), -math.log(0.5), -50.0]])
-    w = truncated_is_weights(old, rollout, t([[1, 1, 1, 0]]), cap=2.0)
+    w = rollout_is_weights(old, rollout, t([[1, 1, 1, 0]]), 2.0, "token", "truncate")
     torch.testing.assert_close(w, t([[1.5, 2.0, 0.5, 0.0]]))
     assert not w.requires_grad
+
+
+def test_rollout_is_weights_levels_and_modes_hand() -> None:
+    """Row 0: rho = [1.5, 3, 0.5] and a masked 50; row 1: rho = [1.2, 1.2], then padding."""
+    old = t([[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
+    rollout = t([[-math.log(1.5), -math.log(3.0), -math.log(0.5), -50.0],
+                 [-math.log(1.2), -math.log(1.2), 0.0, 0.0]])
+    mask = t([[1, 1, 1, 0], [1, 1, 0, 0]])
+    # token, mask at cap 2: 3 is past the cap -> 0 (AReaL's behaviour-weight cap), the rest kept as they are
+    torch.testing.assert_close(rollout_is_weights(old, rollout, mask, 2.0, "token", "mask"),
+                               t([[1.5, 0.0, 0.5, 0.0], [1.2, 1.2, 0.0, 0.0]]))
+    # sequence: the row's product, 1.5 x 3 x 0.5 = 2.25 (truncated to 2 / masked to 0); 1.2 x 1.2 = 1.44
+    torch.testing.assert_close(rollout_is_weights(old, rollout, mask, 2.0, "sequence", "truncate"),
+                               t([[2.0, 2.0, 2.0, 0.0], [1.44, 1.44, 0.0, 0.0]]))
+    torch.testing.assert_close(rollout_is_weights(old, rollout, mask, 2.0, "sequence", "mask"),
+                               t([[0.0, 0.0, 0.0, 0.0], [1.44, 1.44, 0.0, 0.0]]))
+    # geometric: 2.25 ** (1/3) = 1.310371 and 1.44 ** (1/2) = 1.2, under the cap either way
+    g = 2.25 ** (1 / 3)
+    for mode in ("truncate", "mask"):
+        torch.testing.assert_close(rollout_is_weights(old, rollout, mask, 2.0, "geometric", mode),
+                                   t([[g, g, g, 0.0], [1.2, 1.2, 0.0, 0.0]]))
+    with pytest.raises(ValueError, match="valid: token, sequence, geometric"):
+        rollout_is_weights(old, rollout, mask, 2.0, "row", "truncate")
+    with pytest.raises(ValueError, match="valid: truncate, mask"):
+        rollout_is_weights(old, rollout, mask, 2.0, "token", "clip")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 5), st.integers(1, 7), st.floats(1.0, 4.0),
+       st.sampled_from(["token", "sequence", "geometric"]), st.sampled_from(["truncate", "mask"]))
+def test_rollout_is_weights_properties(seed, b, length, cap, level, mode) -> None:
+    """On random rows: 0 outside the mask; never above the cap; 1 where the two policies agree; a row's
+    weight is one number at the sequence levels; truncate and mask agree wherever the weight is under the cap."""
+    g = torch.Generator().manual_seed(seed)
+    old = -2.0 * torch.rand(b, length, generator=g, dtype=F64)
+    rollout = old + 0.5 * torch.randn(b, length, generator=g, dtype=F64)
+    mask = (torch.rand(b, length, generator=g) < 0.8).double()
+    w = rollout_is_weights(old, rollout, mask, cap, level, mode)
+    assert bool((w[mask == 0] == 0).all()) and bool((w <= cap + 1e-12).all()) and bool((w >= 0).all())
+    same = rollout_is_weights(old, old, mask, cap, level, mode)
+    torch.testing.assert_close(same, mask)
+    if level != "token":
+        for row in range(b):
+            values = w[row][mask[row] > 0]
+            assert values.numel() == 0 or bool((values == values[0]).all())
+    other = rollout_is_weights(old, rollout, mask, cap, level, "mask" if mode == "truncate" else "truncate")
+    under = (w < cap) & (other < cap) & (w > 0) & (other > 0)
+    torch.testing.assert_close(w[under], other[under])
 
 
 @st.composite
