@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,32 @@ class KillAt(Callback):
                 if hasattr(exp, "flush"):
                     exp.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class RecordBatches(Callback):
+    """Save every training batch as the learner received it (``<folder>/batch_<iteration>.pt``: the
+    token tables, the turn table with its policy versions, and the learner's version), to compare the
+    episodes of two runs token for token."""
+
+    def __init__(self, folder: str):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        torch.save({"learner_version": int(pl_module.iteration), "tokens": dict(batch.tokens),
+                    "turns": dict(batch.turns)}, self.folder / f"batch_{int(pl_module.iteration)}.pt")
+
+
+class SlowLearner(Callback):
+    """Sleep ``seconds`` after every update, before the weights are published (the weight push runs
+    after the other callbacks): the rollout process then plays ahead on the older weights, as far as
+    ``rl.max_staleness`` lets it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        time.sleep(self.seconds)
 
 
 # --------------------------------------------------------------------------- fixed rollouts

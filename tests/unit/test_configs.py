@@ -221,6 +221,19 @@ def test_bc_experiments_stop_after_behaviour_cloning():
         validate_config(compose(["experiment=bc_webshop", "bc.val_every=0"]))
 
 
+def test_asynchronous_rl_refuses_what_it_does_not_offer_yet():
+    """rl.max_staleness: the transformers engine, the lockstep schedule and one rank only; the key's range."""
+    assert validate_config(compose(["rl.max_staleness=2"])).rl.max_staleness == 2
+    assert validate_config(compose([])).rl.max_staleness is None  # synchronous by default
+    for overrides, message in (
+        (["rl.max_staleness=1", "rollout.schedule=episode"], "rollout.schedule=episode"),
+        (["rl.max_staleness=1", "trainer.devices=2"], "several ranks"),
+        (["rl.max_staleness=-1"], "rl.max_staleness=-1 is out of range"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            validate_config(compose(overrides))
+
+
 def test_a_pass_is_split_by_one_of_the_two_mini_batch_keys():
     """rl.mini_batches (a count of steps) and rl.mini_batch_size (samples a step) choose one thing: a run sets
     exactly one, so a count given over a preset that sizes by samples is refused, not silently ignored."""

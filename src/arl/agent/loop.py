@@ -412,6 +412,7 @@ class AgentLoop:
                     truncated=gen.finish_reason == "length",
                     expert_text=labels[slot][0] if slot in labels else None,
                     observation=s.observation,
+                    policy_version=gen.version,
                 )
             )
             s.history.append(

@@ -33,6 +33,7 @@ class Turn:
     truncated: bool = False  # the response hit max_new_tokens
     expert_text: str | None = None  # the expert's answer to this turn's state (DAgger rollouts only)
     observation: str = ""  # the environment's text this turn answered (for reading episodes; not trained on)
+    policy_version: int | None = None  # the policy version that sampled every token of it (asynchronous rollouts)
 
 
 @dataclass
@@ -81,7 +82,8 @@ def episode_record(episode: Episode) -> dict:
         "turn_log": [
             {"observation": t.observation, "response": t.response_text, "action": t.action, "valid": bool(t.valid),
              "reason": t.reason, "reward": float(t.reward), "truncated": bool(t.truncated),
-             "anchor": f"{t.anchor_key & (2**64 - 1):016x}"}
+             "anchor": f"{t.anchor_key & (2**64 - 1):016x}",
+             **({} if t.policy_version is None else {"policy_version": int(t.policy_version)})}
             for t in episode.turns
         ],
     }

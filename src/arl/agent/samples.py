@@ -41,6 +41,7 @@ class TurnSample:
     reward: float
     anchor_key: int
     episode_return: float
+    policy_version: int = -1  # the policy version that sampled the turn (-1: the trainer's own, synchronous)
 
 
 def turn_samples(episodes: Sequence[Episode]) -> list[TurnSample]:
@@ -54,7 +55,7 @@ def turn_samples(episodes: Sequence[Episode]) -> list[TurnSample]:
             out.append(
                 TurnSample(
                     t.prompt_ids, t.response_ids, t.rollout_log_probs, ep.group_id, ep.episode_id, k,
-                    t.valid, t.reward, t.anchor_key, ret,
+                    t.valid, t.reward, t.anchor_key, ret, -1 if t.policy_version is None else int(t.policy_version),
                 )
             )
     return out
@@ -157,7 +158,8 @@ def collate_tokens(samples: Sequence[TokenSample], pad_id: int) -> dict[str, tor
 
 def collate_turns(turns: Sequence[TurnSample]) -> dict[str, torch.Tensor]:
     """The turn table as tensors of shape (N,): ``group_id``, ``episode_id``, ``turn``,
-    ``anchor_key`` (int64), ``valid`` (bool), ``reward``, ``episode_return`` (float)."""
+    ``anchor_key``, ``policy_version`` (int64; -1: sampled by the trainer's own weights), ``valid``
+    (bool), ``reward``, ``episode_return`` (float)."""
     return {
         "group_id": torch.tensor([t.group_id for t in turns], dtype=torch.long),
         "episode_id": torch.tensor([t.episode_id for t in turns], dtype=torch.long),
@@ -166,6 +168,7 @@ def collate_turns(turns: Sequence[TurnSample]) -> dict[str, torch.Tensor]:
         "valid": torch.tensor([t.valid for t in turns], dtype=torch.bool),
         "reward": torch.tensor([t.reward for t in turns], dtype=torch.float32),
         "episode_return": torch.tensor([t.episode_return for t in turns], dtype=torch.float32),
+        "policy_version": torch.tensor([t.policy_version for t in turns], dtype=torch.long),
     }
 
 

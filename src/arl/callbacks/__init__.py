@@ -6,6 +6,6 @@ from arl.callbacks.collapse import CollapseDetector
 from arl.callbacks.progress import IterationLog
 from arl.callbacks.threads import ThreadRebalance
 from arl.callbacks.val_episodes import ValidationEpisodes
-from arl.callbacks.weight_sync import EngineStart, WeightSync
+from arl.callbacks.weight_sync import EngineStart, WeightPush, WeightSync
 
-__all__ = ["CollapseDetector", "EngineStart", "IterationCheckpoint", "IterationLog", "ThreadRebalance", "ValidationEpisodes", "WeightSync"]
+__all__ = ["CollapseDetector", "EngineStart", "IterationCheckpoint", "IterationLog", "ThreadRebalance", "ValidationEpisodes", "WeightPush", "WeightSync"]

@@ -87,3 +87,27 @@ class WeightSync(EngineStart):
         self.seconds = time.perf_counter() - t0
         for logger in trainer.loggers:
             logger.log_metrics({"perf/sync_s": self.seconds}, step=getattr(pl_module, "iteration", trainer.global_step))
+
+
+class WeightPush(Callback):
+    """Asynchronous RL (``rl.max_staleness``): publishes the policy's weights to the rollout process
+    when training starts and after every update (its version: the updates made), and stops that
+    process when the fit ends or fails. Runs beside :class:`WeightSync`, after the other callbacks'
+    batch-end hooks, so a rolled-back policy is what gets published."""
+
+    def __init__(self, rollouts, datamodule):
+        self.rollouts = rollouts  # an arl.run.async_rollout.AsyncRollouts
+        self.datamodule = datamodule  # its RNG states (a resumed run's) are restored before the first publish
+
+    def on_train_start(self, trainer, pl_module):
+        self.datamodule.prepare_rng()
+        self.rollouts.publish(pl_module.policy, pl_module.iteration)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.rollouts.publish(pl_module.policy, pl_module.iteration)
+
+    def on_fit_end(self, trainer, pl_module):
+        self.rollouts.close()
+
+    def on_exception(self, trainer, pl_module, exception):
+        self.rollouts.close()

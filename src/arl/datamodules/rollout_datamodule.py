@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -74,6 +74,14 @@ def rank_share(n: int, rank: int = 0, world: int = 1) -> tuple[int, int]:
 
 
 GroupFilter = Callable[..., Any]  # (returns=, group_ids=, valid_ratio=) -> arl.algos.filters.FilterResult
+
+
+class BatchSource(Protocol):
+    """Where training batches come from when they are not rolled out in this process."""
+
+    def next_batch(self, iteration: int) -> RolloutBatch:
+        """The batch of ``iteration`` (the learner has made ``iteration`` updates)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -205,9 +213,16 @@ class RolloutDataModule(LightningDataModule):
         self.validation = validation
         self.schedule = replace(schedule, max_rollout_rounds=max(1, int(schedule.max_rollout_rounds)))
         self.seed = seed
+        self.source: BatchSource | None = None  # asynchronous RL: the rollout process's batches
         self.iteration = 0
         self._pending_rng: dict[str, Any] | None = None  # restored right before the next rollout
         self._seeded = False
+
+    def use_source(self, source: BatchSource) -> None:
+        """Take the training batches from ``source`` instead of rolling them out here (asynchronous
+        RL: :class:`arl.run.async_rollout.AsyncRollouts`, whose rollout process runs this same class);
+        validation still plays here."""
+        self.source = source
 
     def rank_and_world(self) -> tuple[int, int]:
         """This process's data-parallel rank and the number of ranks (0, 1 without a Trainer)."""
@@ -245,8 +260,10 @@ class RolloutDataModule(LightningDataModule):
         return DataLoader(_ValStream(self), batch_size=None, num_workers=0)
 
     # ------------------------------------------------------------------ one iteration
-    def _prepare_rng(self) -> None:
-        """Restore a resumed run's RNG states; give each rank its own stream in a fresh run."""
+    def prepare_rng(self) -> None:
+        """Restore a resumed run's RNG states; give each rank its own stream in a fresh run. Called right
+        before the first rollout (with a batch source, before the first weights go to it: the rollout
+        process continues from these states)."""
         if self._pending_rng is not None:
             dist_utils.restore_rng(self._pending_rng)
             self._pending_rng = None
@@ -257,8 +274,13 @@ class RolloutDataModule(LightningDataModule):
         self._seeded = True
 
     def next_train_batch(self) -> RolloutBatch:
-        """Roll out this rank's share of one iteration, applying the filter with re-rollout top-up."""
-        self._prepare_rng()
+        """Roll out this rank's share of one iteration, applying the filter with re-rollout top-up (or,
+        with a batch source, take the iteration's batch from it)."""
+        if self.source is not None:
+            batch = self.source.next_batch(self.iteration)
+            self.iteration += 1
+            return batch
+        self.prepare_rng()
         it = self.iteration
         rank, world = self.rank_and_world()
         lo, hi = rank_share(self.plan.tasks_per_iteration, rank, world)

@@ -70,7 +70,10 @@ class UpdateSettings:
       token counts before its step (:mod:`arl.modules.balance`); the step's gradient is the same
       either way;
     - ``sharding``: ``trainer.sharding`` (``layer_cls``, ``activation_checkpointing``, ...) for the
-      FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies.
+      FSDP2 lane (``ModelParallelStrategy``); ignored by other strategies;
+    - ``asynchronous``: the batches may be stale (``rl.max_staleness`` set): with pi_old from the
+      rollout (``old_log_probs="rollout"``) the ratio is always taken against those behaviour
+      log-probs, even where one step per iteration would otherwise take the current policy's.
     """
 
     ppo_epochs: int = 1
@@ -84,6 +87,7 @@ class UpdateSettings:
     logit_chunk_tokens: int = CHUNK_TOKENS
     balance_tokens: bool = True
     sharding: Mapping[str, Any] | None = None
+    asynchronous: bool = False
 
 
 class AgenticRLModule(LightningModule):
@@ -131,6 +135,7 @@ class AgenticRLModule(LightningModule):
         if update.old_log_probs not in OLD_LOG_PROBS_SOURCES:
             raise ValueError(f"old_log_probs={update.old_log_probs!r}; valid: {', '.join(OLD_LOG_PROBS_SOURCES)}")
         self.old_log_probs = update.old_log_probs
+        self.asynchronous = bool(update.asynchronous)
         self.balance_tokens = bool(update.balance_tokens)
         if self.algo.loss.agg == "seq-mean-token-sum-norm" and self.algo.loss.horizon is None:
             raise ValueError(
@@ -221,7 +226,8 @@ class AgenticRLModule(LightningModule):
                 return
             data, table = self._batch_to_device(batch)
             n_steps = self.steps_per_epoch(n_global)
-            on_policy = self.ppo_epochs == 1 and n_steps == 1
+            # one step per iteration: pi_old is the policy itself, unless stale samples keep their behaviour log-probs
+            on_policy = self.ppo_epochs == 1 and n_steps == 1 and not (self.asynchronous and self.old_log_probs == "rollout")
             with timed(times, "logprob"):  # 1. score: log pi_old and log pi_ref of the sampled tokens, (B, L)
                 with timed(times, "old_logprob"):
                     old_log_probs = self._old_log_probs(data, on_policy)

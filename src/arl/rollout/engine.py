@@ -45,6 +45,7 @@ class Generation:
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: str  # "stop" (EOS or stop string) or "length"
+    version: int | None = None  # the policy version that sampled it (asynchronous rollouts; None: the trainer's own)
 
 
 class RolloutEngine(Protocol):

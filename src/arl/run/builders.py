@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop, LoopOptions
 from arl.algos import filters
-from arl.callbacks import ThreadRebalance, WeightSync
+from arl.callbacks import ThreadRebalance, WeightPush, WeightSync
 from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
 from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
 from arl.distributed.placement import resolve_placement, trainer_processes
@@ -155,15 +155,16 @@ def build_trainer(run: RunSettings, stage: str, callbacks: list, model=None, pur
 
     The RL stage's callbacks are the ``callbacks`` config group, instantiated from their
     ``_target_`` (thread share, progress lines, checkpoints, collapse detector); the BC stage gets
-    the thread share and the ``callbacks`` given. The order is: ``callbacks`` minus the weight sync,
-    ``extra_callbacks`` (programmatic use, tests), the config's callbacks, then the weight sync (so
-    it loads whatever the others left, e.g. after a rollback); Lightning moves checkpoint callbacks
-    to the end.
+    the thread share and the ``callbacks`` given. The order is: ``callbacks`` minus the weight sync
+    and push, ``extra_callbacks`` (programmatic use, tests), the config's callbacks, then the weight
+    sync and push (so they load whatever the others left, e.g. after a rollback); Lightning moves
+    checkpoint callbacks to the end.
     """
     configured = run.callbacks.values() if stage == "rl" else ()
     extra = [instantiate(cb) for cb in configured if cb is not None and "_target_" in cb]
-    head = ([] if stage == "rl" else [ThreadRebalance()]) + [cb for cb in callbacks if not isinstance(cb, WeightSync)]
-    tail = [cb for cb in callbacks if isinstance(cb, WeightSync)]
+    last = (WeightSync, WeightPush)
+    head = ([] if stage == "rl" else [ThreadRebalance()]) + [cb for cb in callbacks if not isinstance(cb, last)]
+    tail = [cb for cb in callbacks if isinstance(cb, last)]
     tcfg = copy.deepcopy(run.trainer)
     strategy = build_strategy(tcfg, model)
     tcfg.pop("sharding", None)
@@ -240,14 +241,15 @@ def build_rl_module(run: RunSettings, model, tokenizer) -> AgenticRLModule:
         logit_chunk_tokens=run.model.logit_chunk_tokens,
         balance_tokens=rl.balance_tokens,
         sharding=run.trainer.get("sharding"),
+        asynchronous=run.rl.max_staleness is not None,
     )
     return AgenticRLModule(model, reference, tokenizer, algo, instantiate(rl.optimizer), update)
 
 
-def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, module: AgenticRLModule) -> RolloutDataModule:
+def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, pad_id: int) -> RolloutDataModule:
     """The online DataModule of the RL stage: rollout budgets, the filter (its settings bound) and
-    its re-rollout schedule, validation."""
-    r, dynamic = run.rollout, module.algo.filter
+    its re-rollout schedule, validation; batches padded with ``pad_id`` (the policy tokenizer's)."""
+    r, dynamic = run.rollout, run.algo.filter
     return RolloutDataModule(
         loop,
         IterationPlan(run.rl.iterations, r.tasks_per_iteration, r.group_size, sampling_params(r)),
@@ -255,5 +257,5 @@ def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, module: AgenticR
         FilterSchedule(filters.group_filter(dynamic), dynamic.max_rollout_rounds, dynamic.cold_start,
                        dynamic.fill_last_round),
         seed=run.seed,
-        pad_id=module.pad_id or 0,
+        pad_id=pad_id,
     )

@@ -104,6 +104,8 @@ def _validate_rl(run: RunSettings) -> None:
             "rl.old_log_probs=rollout with algo.rollout_correction.enabled: the correction weighs pi_old against the "
             "rollout's log-probs, which would then be the same numbers; use rl.old_log_probs=recompute"
         )
+    if run.rl.max_staleness is not None:
+        _validate_async(run)
     _validate_scale(run)
     _validate_plan(run.config)
     trainer = run.trainer
@@ -115,6 +117,22 @@ def _validate_rl(run: RunSettings) -> None:
         )
     if run.algo.filter.name != "none" and run.rollout.group_size < 2:
         raise ConfigError("algo.filter needs rollout.group_size >= 2 (a group of one has no variance)")
+
+
+def _validate_async(run: RunSettings) -> None:
+    """What asynchronous RL (``rl.max_staleness``, :mod:`arl.run.async_rollout`) does not offer yet."""
+    why = []
+    if run.rollout.engine != "hf":
+        why.append(f"rollout.engine={run.rollout.engine} (the transformers engine only, so far)")
+    if run.rollout.schedule != "lockstep":
+        why.append(f"rollout.schedule={run.rollout.schedule} (a weight refresh would fall inside a turn; lockstep only)")
+    trainer = run.trainer
+    if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
+        why.append("several ranks (trainer.devices=1, trainer.num_nodes=1 only)")
+    if run.rl.max_staleness and run.ckpt_path:
+        why.append("a resume with max_staleness > 0 (the queued batches are not in the checkpoint)")
+    if why:
+        raise ConfigError(f"rl.max_staleness={run.rl.max_staleness} is not possible with " + "; ".join(why))
 
 
 def _validate_dagger(run: RunSettings) -> None:

@@ -24,10 +24,11 @@ import lightning as L
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 from omegaconf import DictConfig
 
-from arl.callbacks import ValidationEpisodes, WeightSync
+from arl.callbacks import ValidationEpisodes, WeightPush, WeightSync
 from arl.models.loading import save_hf
 from arl.models.lora import fold_adapters, is_peft_model
 from arl.run import start_validation
+from arl.run.async_rollout import AsyncRollouts
 from arl.run.bc_stage import finish_bc_only, run_bc
 from arl.run.builders import (
     build_agent_loop,
@@ -165,11 +166,16 @@ def _rl_stage(run: RunSettings, parts: Parts, ckpt: Path | None, resume_it: int 
     """The RL stage: validate the start (a fresh run), fit (from ``ckpt`` on a resume), validate the
     end unless the last iteration did. Returns (its results, module, trainer)."""
     module = build_rl_module(run, parts.model, parts.tokenizer)
-    dm = build_rollout_datamodule(run, parts.loop, module)
+    dm = build_rollout_datamodule(run, parts.loop, module.pad_id or 0)
+    syncs: list = [WeightSync(parts.engine)]
+    if run.rl.max_staleness is not None:  # asynchronous: the training batches come from a rollout process
+        rollouts = AsyncRollouts(run, parts.model, parts.tokenizer, module.pad_id or 0, start_iteration=resume_it or 0)
+        dm.use_source(rollouts)
+        syncs.append(WeightPush(rollouts, dm))
     trainer = build_trainer(
         run,
         "rl",
-        [WeightSync(parts.engine)],
+        syncs,
         model=parts.model,
         purge_step=None if resume_it is None else resume_it + 1,
         extra_callbacks=callbacks,

@@ -127,6 +127,7 @@ class RLSettings:
     ckpt_every: int = required(integer(0))
     resume_in_place: bool = required(BOOLEAN)
     start_validation_cache: str | None = required(optional(NON_EMPTY))
+    max_staleness: int | None = required(optional(integer(0)))
     optimizer: dict = required(INSTANTIABLE)
 
 

@@ -1,0 +1,111 @@
+"""Asynchronous RL (``rl.max_staleness``): the rollout process beside the learner, on CPU.
+
+- staleness 0 is the synchronous run in two processes: the same training batches token for token
+  and the same final weights;
+- no trained turn is older than the bound: with the learner slowed down the rollout process plays
+  ahead exactly as far as ``max_staleness`` lets it, never further (over the recorded versions);
+- a killed staleness-0 run resumes to the synchronous run's weights.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import scale_helpers as sh
+from arl_testing import ROOT
+
+OVERRIDES = [
+    "debug=smoke", "bc.enabled=false", "rl.iterations=4", "rl.val_every=4", "rollout.val_episodes=2",
+    "rollout.max_new_tokens=8", "env.max_turns=3", "algo.filter.name=none", "rl.ckpt_every=1",
+]
+EXACT = 1e-6
+
+
+def _cli(args: list[str], log_dir: Path, task: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "src" / "train.py"), *OVERRIDES, f"task_name={task}", f"paths.log_dir={log_dir}",
+         *args],
+        capture_output=True, text=True, timeout=600, env=sh.subprocess_env(),
+    )
+
+
+def _record(folder: Path) -> list[str]:
+    return ["+callbacks.record._target_=scale_helpers.RecordBatches", f"+callbacks.record.folder={folder}"]
+
+
+def _run_dir(log_dir: Path, task: str) -> Path:
+    (run_dir,) = (log_dir / task / "runs").iterdir()
+    return run_dir
+
+
+def _weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(run_dir / "policy_hf" / "model.safetensors"))
+
+
+def _batches(folder: Path) -> list[dict]:
+    return [torch.load(folder / f"batch_{i}.pt", weights_only=False) for i in range(len(list(folder.glob("batch_*.pt"))))]
+
+
+@pytest.fixture(scope="module")
+def synchronous(tmp_path_factory):
+    """The synchronous reference run, with its batches recorded."""
+    root = tmp_path_factory.mktemp("sync")
+    done = _cli(_record(root / "batches"), root / "logs", "sync")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return _run_dir(root / "logs", "sync"), _batches(root / "batches")
+
+
+def test_staleness_zero_is_the_synchronous_run(synchronous, tmp_path):
+    sync_dir, sync_batches = synchronous
+    done = _cli(["rl.max_staleness=0", *_record(tmp_path / "batches")], tmp_path / "logs", "async0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    batches = _batches(tmp_path / "batches")
+    assert len(batches) == len(sync_batches) == 4
+    for i, (a, s) in enumerate(zip(batches, sync_batches)):
+        for key in ("input_ids", "response_mask", "turn_row"):
+            assert torch.equal(a["tokens"][key], s["tokens"][key]), (i, key)
+        torch.testing.assert_close(a["tokens"]["rollout_log_probs"], s["tokens"]["rollout_log_probs"], atol=EXACT, rtol=0)
+        assert torch.equal(a["turns"]["policy_version"], torch.full_like(a["turns"]["policy_version"], i))  # no stale turn
+        assert bool((s["turns"]["policy_version"] == -1).all())  # the synchronous loop samples with the trainer's own
+    a, s = _weights(_run_dir(tmp_path / "logs", "async0")), _weights(sync_dir)
+    diff = max(float((a[k] - s[k]).abs().max()) for k in s)
+    print(f"staleness 0 vs synchronous: max |weight diff| = {diff:.2e}")
+    assert a.keys() == s.keys() and diff <= EXACT
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_no_trained_turn_is_older_than_the_bound(k, tmp_path):
+    """The learner sleeps 4 s after each update: the rollout process (about 1-2 s a batch here) plays
+    ahead on older weights until the bound stops it, so staleness k is reached and never passed."""
+    slow = ["+callbacks.slow._target_=scale_helpers.SlowLearner", "+callbacks.slow.seconds=4"]
+    done = _cli([f"rl.max_staleness={k}", *slow, *_record(tmp_path / "batches")], tmp_path / "logs", f"async{k}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ages = []
+    for b in _batches(tmp_path / "batches"):
+        versions = b["turns"]["policy_version"]
+        assert bool((versions >= 0).all())  # every turn says which weights sampled it
+        ages.append(int(b["learner_version"] - versions.min()))
+    assert max(ages) == k and min(ages) >= 0, ages
+
+
+def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous, tmp_path):
+    sync_dir, _ = synchronous
+    kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"]
+    killed = _cli(["rl.max_staleness=0", *kill], tmp_path, "resume")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_dir = _run_dir(tmp_path, "resume")
+    resumed = _cli(["rl.max_staleness=0", "ckpt_path=last"], tmp_path, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout and str(run_dir) in resumed.stdout
+    a, s = _weights(run_dir), _weights(sync_dir)
+    diff = max(float((a[k] - s[k]).abs().max()) for k in s)
+    print(f"staleness 0, killed at 3 and resumed vs synchronous: max |weight diff| = {diff:.2e}")
+    assert diff <= EXACT
