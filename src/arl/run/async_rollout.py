@@ -21,13 +21,20 @@ never stops, and the learner trains on the batches it hands over:
 ``max_staleness=0`` is the synchronous loop in two processes: rollout ``i`` waits for the weights
 after update ``i - 1``, and the two processes hand the random states over with the batches and the
 weights, so they consume one random stream in the synchronous order: the same episodes token for
-token and the same weights (a test holds it). Runs with ``k > 0`` depend on timing (which turn the
-newer weights arrive at), as every asynchronous trainer's do.
+token and the same weights, also after a kill and resume (tests hold both). Runs with ``k > 0``
+depend on timing (which turn the newer weights arrive at), as every asynchronous trainer's do; their
+rollout process starts from the learner's random states and then keeps its own stream.
+
+**Resume.** A checkpoint is written after an update; a resumed run restarts the rollout process at
+the checkpoint's iteration with its weights and random states. At ``k = 0`` nothing was queued, so
+the run continues exactly. At ``k > 0`` the batches the rollout process had queued ahead are not in
+the checkpoint: they are rolled out again, on the checkpoint's (newer) weights, so no sample is
+trained twice and none is older than the bound, but the run is not the one the kill interrupted.
 
 Validation stays in the learner process, on its own engine (the transformers engine shares the
 policy module, so it costs no copy). What is not offered yet, each stopped at start-up
-(:mod:`arl.run.checks`): the per-episode schedule (a refresh would fall inside a turn), vLLM, several
-ranks, and a resume of a run with ``k > 0`` (its queued batches are not in the checkpoint).
+(:mod:`arl.run.checks`): the per-episode schedule (a refresh would fall inside a turn), vLLM, and
+several ranks.
 """
 
 from __future__ import annotations
@@ -105,7 +112,7 @@ def rollout_process(spec: RolloutSpec, mailbox: WeightMailbox, batches, stop_eve
         while dm.iteration < run.rl.iterations and not stop():
             it = dm.iteration
             waited = mailbox.wait_for(max(0, it - k), stop)  # admission
-            if chained:  # continue the learner's random stream, as the synchronous loop would
+            if chained or it == spec.start_iteration:  # continue the learner's random stream (at k > 0: from its start)
                 states = mailbox.rng_for(it, stop)
                 if states is None:
                     break
@@ -166,9 +173,10 @@ class AsyncRollouts:
         self._last_taken: float | None = None
 
     def publish(self, model, version: int) -> None:
-        """Hand the learner's weights after ``version`` updates to the rollout process (and, at
-        staleness 0, the learner's random states with them)."""
-        self.publish_seconds += self.mailbox.publish(model, version, capture_rng() if self.chained else None)
+        """Hand the learner's weights after ``version`` updates to the rollout process, with the learner's
+        random states the first time (the rollout process starts from them) and, at staleness 0, every time."""
+        first = self.published < 0
+        self.publish_seconds += self.mailbox.publish(model, version, capture_rng() if self.chained or first else None)
         self.published = int(version)
 
     def next_batch(self, iteration: int) -> RolloutBatch:

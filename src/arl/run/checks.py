@@ -129,8 +129,6 @@ def _validate_async(run: RunSettings) -> None:
     trainer = run.trainer
     if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
         why.append("several ranks (trainer.devices=1, trainer.num_nodes=1 only)")
-    if run.rl.max_staleness and run.ckpt_path:
-        why.append("a resume with max_staleness > 0 (the queued batches are not in the checkpoint)")
     if why:
         raise ConfigError(f"rl.max_staleness={run.rl.max_staleness} is not possible with " + "; ".join(why))
 
