@@ -45,7 +45,7 @@ def _run(args: argparse.Namespace, extra: list[str], log_dir: Path) -> tuple[flo
     if args.start:
         cmd.append(f"model.init_from={args.start}")
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"the run failed:\n{done.stderr[-3000:]}")
@@ -97,8 +97,8 @@ def main() -> None:
     sync, asyn = rows
     limit = sync["iteration_s"] / max(asyn["rollout_s"], asyn["update_s"])
     speedup = sync["iteration_s"] / asyn["iteration_s"]
-    print(f"| run | s / iteration | rollout s | update s | optimiser steps / s | episodes / s | rollout idle | "
-          f"learner idle | staleness (mean) | wall s |")
+    print("| run | s / iteration | rollout s | update s | optimiser steps / s | episodes / s | rollout idle | "
+          "learner idle | staleness (mean) | wall s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['name']} | {r['iteration_s']:.2f} | {r['rollout_s']:.2f} | {r['update_s']:.2f} | "
