@@ -58,11 +58,9 @@ def _mean(scalars: dict, tag: str, warmup: int) -> float:
     return statistics.fmean(values) if values else float("nan")
 
 
-def _rate(scalars: dict, tag: str, warmup: int) -> float:
-    """``tag``'s total over the timed iterations per second of their wall time (the per-iteration
-    timestamps TensorBoard keeps are not used: the iteration's own seconds are)."""
-    steps = [(s, v) for s, v in scalars.get(tag, []) if s > warmup]
-    return sum(v for _, v in steps)
+def _total(scalars: dict, tag: str, warmup: int) -> float:
+    """``tag`` summed over the timed iterations (divided by their seconds, a rate per second)."""
+    return sum(v for s, v in scalars.get(tag, []) if s > warmup)
 
 
 def main() -> None:
@@ -88,8 +86,8 @@ def main() -> None:
                 "name": name, "wall": wall, "iteration_s": per_iteration,
                 "rollout_s": _mean(s, "perf/rollout_s", args.warmup),
                 "update_s": _mean(s, "perf/iteration_s", args.warmup) - _mean(s, "perf/rollout_s", args.warmup),
-                "steps_per_s": _rate(s, "actor/optimizer_steps", args.warmup) / (per_iteration * len(timed)),
-                "episodes_per_s": _rate(s, "rollout/episodes", args.warmup) / (per_iteration * len(timed)),
+                "steps_per_s": _total(s, "actor/optimizer_steps", args.warmup) / (per_iteration * len(timed)),
+                "episodes_per_s": _total(s, "rollout/episodes", args.warmup) / (per_iteration * len(timed)),
                 "engine_idle": _mean(s, "async/engine_idle_share", args.warmup),
                 "learner_idle": _mean(s, "async/learner_idle_share", args.warmup),
                 "staleness": _mean(s, "async/staleness_mean", args.warmup),
