@@ -7,6 +7,7 @@ registry, e.g. to validate a config, costs nothing.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 from arl.envs.base import TextEnv
@@ -17,7 +18,26 @@ _ENVS: dict[str, str] = {
     "alfworld": "arl.envs.alfworld.env:AlfWorldEnv",
     "math_tool": "arl.envs.math_tool.env:MathToolEnv",
     "webshop": "arl.envs.webshop.env:WebShopEnv",
+    "gym": "arl.envs.adapters.gym_text:GymTextEnv",  # the ecosystem extra
+    "textarena": "arl.envs.adapters.textarena_env:TextArenaEnv",  # the ecosystem extra
 }
+
+
+# name -> (the package an env needs, the extra that brings it): checked at start-up (arl.run.checks)
+_PACKAGES: dict[str, tuple[str, str]] = {
+    "gym": ("gymnasium", "ecosystem"),
+    "textarena": ("textarena", "ecosystem"),
+}
+
+
+def missing_package(name: str) -> str | None:
+    """Why env ``name`` cannot run here (a package of an optional extra not installed), or None."""
+    if name not in _PACKAGES:
+        return None
+    package, extra = _PACKAGES[name]
+    if importlib.util.find_spec(package) is not None:
+        return None
+    return f"env={name} needs the {package!r} package: pip install -e '.[{extra}]' (make install brings it)"
 
 
 def env_names() -> list[str]:

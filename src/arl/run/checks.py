@@ -26,7 +26,7 @@ from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
 from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
-from arl.envs.registry import env_names
+from arl.envs.registry import env_names, missing_package
 from arl.models.config import ModelSettings, validate_model_config
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.run.loggers import tracker_problem
@@ -76,6 +76,9 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 def _validate_env_and_model(run: RunSettings) -> None:
     if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
         _choice("env.name", run.env.name, env_names())
+        missing = missing_package(run.env.name)
+        if missing:
+            raise ConfigError(missing)
     validate_model_config(run.model)
 
 
