@@ -37,7 +37,7 @@ smoke: install ## two tiny iterations end to end
 	$(PY) src/train.py debug=smoke $(ARGS)
 
 lint: install ## ruff check (the rule set is pyproject's [tool.ruff.lint])
-	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/ruff check src tests bench scripts examples
 
 # lint first, then the default suite in parallel workers (pytest-xdist, one per core; TEST_WORKERS=0 runs it in
 # this process)

@@ -14,13 +14,14 @@ Run directly, it plays one episode by bisection and prints it.
 from __future__ import annotations
 
 import string
+from typing import ClassVar
 
 import gymnasium
 from gymnasium import spaces
 
 
 class HotCold(gymnasium.Env):
-    metadata: dict = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, max_guesses: int = 8):
         self.observation_space = spaces.Text(max_length=200, charset=string.printable)

@@ -6,13 +6,14 @@ space is text over the digits, so anything else is rejected by the adapter as an
 from __future__ import annotations
 
 import string
+from typing import ClassVar
 
 import gymnasium
 from gymnasium import spaces
 
 
 class GuessDigit(gymnasium.Env):
-    metadata: dict = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, max_guesses: int = 5):
         self.observation_space = spaces.Text(max_length=200, charset=string.printable)

@@ -57,7 +57,7 @@ def test_the_textarena_adapter_plays_a_single_player_game():
     from arl.envs.registry import make_env
 
     env = make_env("textarena", id="GuessTheNumber-v0")
-    obs, info = env.reset(seed=5)
+    _, info = env.reset(seed=5)
     number = env.env.state.game_state["game_number"]
     assert info["task_type"] == "GuessTheNumber-v0" and "Guess The Number" in info["task"]
     assert f'"game_number": {number}' in info["anchor"]  # the game's state, not its message text
