@@ -19,6 +19,7 @@ from hydra.utils import instantiate
 
 from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop, LoopOptions
+from arl.agent.programs import PROGRAM_ENV, ProgramLoop
 from arl.algos import filters
 from arl.callbacks import ThreadRebalance, WeightPush, WeightSync
 from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
@@ -103,8 +104,11 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
     return LazyEngine(build)
 
 
-def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer) -> AgentLoop:
-    """The agent loop of the ``env`` and ``rollout`` sections around ``engine``."""
+def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer) -> AgentLoop | ProgramLoop:
+    """The agent loop of the ``env`` and ``rollout`` sections around ``engine`` (``env=program``: the
+    user's agent program plays the episodes through the recording gateway)."""
+    if env.name == PROGRAM_ENV:
+        return ProgramLoop(engine, tokenizer, **env.kwargs)
     return AgentLoop(
         engine,
         tokenizer,

@@ -22,6 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from arl.agent.experts import expert_path
+from arl.agent.programs import PROGRAM_ENV
 from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
@@ -74,12 +75,30 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 
 def _validate_env_and_model(run: RunSettings) -> None:
-    if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
-        _choice("env.name", run.env.name, env_names())
+    if run.env.name == PROGRAM_ENV:
+        _validate_program(run)
+    elif ":" not in run.env.name:  # "package.module:Class" plugs in a user env
+        _choice("env.name", run.env.name, [*env_names(), PROGRAM_ENV])
         missing = missing_package(run.env.name)
         if missing:
             raise ConfigError(missing)
     validate_model_config(run.model)
+
+
+def _validate_program(run: RunSettings) -> None:
+    """``env=program``: a user's agent program plays the episodes (:mod:`arl.agent.programs`)."""
+    for package in ("uvicorn", "starlette"):
+        if importlib.util.find_spec(package) is None:
+            raise ConfigError(f"env=program needs the {package!r} package: pip install -e '.[ecosystem]' (make install brings it)")
+    why = []
+    if run.bc.enabled:
+        why.append("bc.enabled=true (a program has no expert to clone: bc.enabled=false)")
+    if run.rollout.sample_mode != "turn":
+        why.append("rollout.sample_mode=trajectory (a program's calls are turn samples)")
+    if run.rl.max_staleness is not None:
+        why.append("rl.max_staleness (asynchronous rollouts play through the agent loop only)")
+    if why:
+        raise ConfigError("env=program is not possible with " + "; ".join(why))
 
 
 def _validate_rollout(r: RolloutSettings) -> None:

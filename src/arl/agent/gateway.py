@@ -1,0 +1,253 @@
+"""A recording gateway: the rollout engine behind an OpenAI-compatible chat endpoint on localhost.
+
+An agent program written against the ``openai`` client plays an episode by calling
+``/v1/chat/completions`` at its session's base URL (``http://127.0.0.1:<port>/sessions/<id>/v1``). The
+gateway renders the messages with the policy tokenizer's chat template (the same
+:func:`~arl.agent.prompts.encode_prompt` the agent loop uses), samples with the engine at the rollout's
+sampling parameters (the request's own ``temperature``, ``top_p`` and ``max_tokens`` are not used: the
+trainer decides how its policy samples), and records every call exactly: the rendered prompt's token
+ids, the sampled token ids and their log-probs, the text it answered. Nothing is tokenised again
+afterwards, so the trainer scores exactly what was sampled. The program reports how its episode went
+at ``POST /sessions/<id>/reward``: ``{"reward": r}`` (the episode's return), and optionally ``"won"``,
+``"task_type"``, ``"invalid_calls"`` (the calls whose answers it could not use) and ``"rewards"`` (one
+per call, the environment's reward after each).
+
+Requests of all sessions are batched: a thread takes whatever requests are waiting (up to the
+engine's batch size) and makes one ``engine.generate`` call of them. A malformed request gets HTTP 400
+and marks its session (the episode is then a failed one); an unknown session gets 404. The server is
+uvicorn in a thread, started and stopped by :class:`RecordingGateway`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import secrets
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from arl.agent.prompts import encode_prompt
+from arl.rollout.engine import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Call:
+    """One recorded chat completion: the exact prompt ids, the sampled ids and their log-probs."""
+
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    response_ids: list[int]
+    log_probs: list[float]
+    text: str
+    finish_reason: str
+
+
+@dataclass
+class Session:
+    """One episode's calls and the outcome its program reported (``reward`` None: not reported)."""
+
+    key: Any
+    calls: list[Call] = field(default_factory=list)
+    reward: float | None = None
+    won: bool = False
+    task_type: str = ""
+    invalid_calls: tuple[int, ...] = ()
+    rewards: tuple[float, ...] | None = None  # one per call, when the program reports them
+    malformed: str = ""  # why a request of this session was refused ("" when none was)
+
+
+def _check_messages(body: Any) -> list[dict[str, str]]:
+    """The request's messages, checked: a list of {role, content} with text contents."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
+        raise ValueError("the body must be a JSON object with a non-empty 'messages' list")
+    messages = []
+    for m in body["messages"]:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(
+            m.get("content"), str
+        ):
+            raise ValueError(f"each message needs a role (system, user, assistant) and a text content; got {m!r}")
+        messages.append({"role": m["role"], "content": m["content"]})
+    return messages
+
+
+class RecordingGateway:
+    """The OpenAI-compatible endpoint over ``engine`` (module docstring).
+
+    Args:
+        engine: the rollout engine (``generate``).
+        tokenizer: the policy's tokenizer (its chat template renders the messages).
+        params: how to sample (the rollout's).
+        host: where to listen (localhost).
+        max_batch_size: requests per engine call at most.
+    """
+
+    def __init__(self, engine, tokenizer, params: SamplingParams, host: str = "127.0.0.1", max_batch_size: int = 64):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.params = params
+        self.host = host
+        self.max_batch_size = int(max_batch_size)
+        self.sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._requests: queue.Queue = queue.Queue()
+        self._server = None
+        self._threads: list[threading.Thread] = []
+        self.port = 0
+        self.generate_seconds = 0.0
+        self.generated_tokens = 0
+        self.engine_calls = 0
+
+    # ---------------------------------------------------------------- sessions
+    def open_session(self, key: Any) -> str:
+        """A new session for one episode; returns its id."""
+        sid = secrets.token_hex(8)
+        with self._lock:
+            self.sessions[sid] = Session(key)
+        return sid
+
+    def base_url(self, sid: str) -> str:
+        """The ``base_url`` an ``openai.OpenAI`` client of session ``sid`` uses."""
+        return f"http://{self.host}:{self.port}/sessions/{sid}/v1"
+
+    def close_session(self, sid: str) -> Session:
+        """Forget session ``sid`` and return what it recorded (later requests of it get 404)."""
+        with self._lock:
+            return self.sessions.pop(sid)
+
+    # ---------------------------------------------------------------- the engine side
+    def _batcher(self) -> None:
+        """Take the waiting requests, up to a batch, and sample them in one engine call."""
+        while True:
+            first = self._requests.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch_size:
+                try:
+                    item = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._requests.put(None)
+                    break
+                batch.append(item)
+            prompts = [prompt for prompt, _ in batch]
+            t0 = time.perf_counter()
+            try:
+                generations = self.engine.generate(prompts, self.params)
+            except Exception as err:  # noqa: BLE001 - handed to every waiting request
+                for _, future in batch:
+                    future.set_exception(err)
+                continue
+            self.generate_seconds += time.perf_counter() - t0
+            self.engine_calls += 1
+            for (_, future), gen in zip(batch, generations):
+                self.generated_tokens += len(gen.token_ids)
+                future.set_result(gen)
+
+    async def _complete(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            session = self.sessions.get(sid)
+        if session is None:
+            return 404, {"error": {"message": f"no session {sid!r} (ended, or never opened)", "type": "not_found"}}
+        try:
+            messages = _check_messages(body)
+        except ValueError as err:
+            session.malformed = str(err)
+            return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
+        prompt_ids = encode_prompt(self.tokenizer, messages)
+        future: Future = Future()
+        self._requests.put((prompt_ids, future))
+        gen = await asyncio.wrap_future(future)
+        text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
+                                  gen.finish_reason))
+        return 200, {
+            "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
+            "model": str(body.get("model", "arl-policy")),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": gen.finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(gen.token_ids),
+                      "total_tokens": len(prompt_ids) + len(gen.token_ids)},
+        }
+
+    def _report(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            session = self.sessions.get(sid)
+        if session is None:
+            return 404, {"error": {"message": f"no session {sid!r}", "type": "not_found"}}
+        try:
+            reward = float(body["reward"])
+            invalid = tuple(int(k) for k in body.get("invalid_calls", ()))
+            rewards = None if body.get("rewards") is None else tuple(float(r) for r in body["rewards"])
+        except (TypeError, KeyError, ValueError):
+            session.malformed = f"a reward report needs a number 'reward'; got {body!r}"
+            return 400, {"error": {"message": session.malformed, "type": "invalid_request_error"}}
+        session.reward, session.won, session.rewards = reward, bool(body.get("won", reward > 0)), rewards
+        session.task_type, session.invalid_calls = str(body.get("task_type", "")), invalid
+        return 200, {"ok": True}
+
+    # ---------------------------------------------------------------- the server
+    def _app(self):
+        from starlette.applications import Starlette  # lazy: the optional ecosystem extra
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse
+        from starlette.routing import Route
+
+        async def body_of(request: Request) -> Any:
+            try:
+                return await request.json()
+            except Exception:  # noqa: BLE001 - not JSON: the checks below refuse it
+                return None
+
+        async def completions(request: Request) -> JSONResponse:
+            status, payload = await self._complete(request.path_params["sid"], await body_of(request))
+            return JSONResponse(payload, status_code=status)
+
+        async def reward(request: Request) -> JSONResponse:
+            status, payload = self._report(request.path_params["sid"], await body_of(request))
+            return JSONResponse(payload, status_code=status)
+
+        return Starlette(routes=[
+            Route("/sessions/{sid}/v1/chat/completions", completions, methods=["POST"]),
+            Route("/sessions/{sid}/reward", reward, methods=["POST"]),
+        ])
+
+    def start(self) -> Self:
+        """Start the batcher and the HTTP server (on a free port); returns self once it listens."""
+        import uvicorn  # lazy: the optional ecosystem extra
+
+        config = uvicorn.Config(self._app(), host=self.host, port=0, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._threads = [threading.Thread(target=self._batcher, name="arl-gateway-batcher", daemon=True),
+                         threading.Thread(target=self._server.run, name="arl-gateway-http", daemon=True)]
+        for t in self._threads:
+            t.start()
+        deadline = time.time() + 30.0
+        while not self._server.started:
+            if time.time() > deadline or not self._threads[1].is_alive():
+                raise RuntimeError("the gateway's HTTP server did not start")
+            time.sleep(0.01)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
+        return self
+
+    def stop(self) -> None:
+        """Stop the server and the batcher."""
+        if self._server is not None:
+            self._server.should_exit = True
+        self._requests.put(None)
+        for t in self._threads:
+            t.join(timeout=10.0)
+        self._threads = []
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,149 @@
+"""Episodes played by a user's agent program through the recording gateway (``env=program``).
+
+A user's agent is any program that talks to an OpenAI-compatible endpoint: it reads its base URL from
+``OPENAI_BASE_URL`` (the ``openai`` client does), plays one episode of its task (``ARL_TASK_SEED``),
+and reports the outcome to ``ARL_REWARD_URL`` (``POST {"reward": r, "won": bool}``).
+:class:`ProgramLoop` rolls out like :class:`~arl.agent.loop.AgentLoop` (``run(tasks, group_size,
+params)`` -> episodes ordered by group and member): one program run per episode, every run of an
+iteration at once (at most ``max_concurrency``), each against its own session of a
+:class:`~arl.agent.gateway.RecordingGateway` that serves the rollout engine and records every call.
+
+Each recorded call is a turn: its exact prompt ids, sampled ids and log-probs, and its reward (the
+program's ``rewards``, one per call, where it reports them; else 0 except the last call, which
+receives the reported return); a call the program reported in ``invalid_calls`` is an
+invalid turn (the format penalty); the anchor hashes the call's last message (the state the program
+showed). A program that runs past ``timeout_s``, exits with an error, sends a malformed request,
+makes no call, or reports no reward is a *failed episode*: ``env_error`` (counted in
+``rollout/env_errors``, left out of the update, as a crashed environment worker's episode), never a
+stalled rollout. Turn samples only: a program's messages are rendered afresh at every call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from arl.agent.gateway import RecordingGateway, Session
+from arl.agent.loop import RolloutStats, Task
+from arl.agent.records import Episode, Turn, anchor_key
+from arl.envs.base import EnvSpec
+from arl.rollout.engine import RolloutEngine, SamplingParams
+
+log = logging.getLogger(__name__)
+
+PROGRAM_ENV = "program"  # env.name of the episodes a user's program plays (configs/env/program.yaml)
+
+
+def _no_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
+    raise RuntimeError("env=program: the agent program writes its own prompts")
+
+
+@dataclass
+class _Pool:
+    """What the DataModule reads of an agent loop's environment pool."""
+
+    restarts: int = 0
+
+
+class ProgramLoop:
+    """Rollouts by an agent program (module docstring).
+
+    Args:
+        engine: the rollout engine the gateway serves.
+        tokenizer: the policy's tokenizer (its chat template renders the program's messages).
+        command: the program and its arguments (``["python", "examples/openai_sokoban_agent.py"]``).
+        task_type: the episodes' task type when the program reports none.
+        timeout_s: seconds a run may take before it is killed (a failed episode).
+        max_concurrency: program runs at once.
+    """
+
+    def __init__(self, engine: RolloutEngine, tokenizer, command: Sequence[str], task_type: str = "program",
+                 timeout_s: float = 120.0, max_concurrency: int = 64):
+        if not command:
+            raise ValueError("env=program needs env.kwargs.command: the agent program and its arguments")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.command = [sys.executable if part == "python" else str(part) for part in command]
+        self.task_type = task_type
+        self.timeout_s = float(timeout_s)
+        self.max_concurrency = int(max_concurrency)
+        self.spec = EnvSpec(name="program", max_turns=0, invalid_action="", render_prompt=_no_prompt,
+                            check_admissible=False)
+        self.sample_mode = "turn"
+        self.pool = _Pool()
+        self.last_stats = RolloutStats()
+
+    def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0,
+            teacher: str | None = None) -> list[Episode]:
+        """``len(tasks) * group_size`` episodes, one program run each; ordered by (group, member)."""
+        if teacher is not None:
+            raise ValueError("env=program has no expert to label turns with (DAgger)")
+        t0 = time.perf_counter()
+        slots = [(task, member, first_episode_id + i * group_size + member)
+                 for i, task in enumerate(tasks) for member in range(group_size)]
+        batch = getattr(self.engine, "max_batch_size", 64)
+        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch) as gateway:
+            with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(slots)))) as workers:
+                episodes = list(workers.map(lambda slot: self._play(gateway, *slot), slots))
+            stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
+                                 generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
+                                 env_steps=sum(e.num_turns for e in episodes))
+        stats.env_seconds = max(0.0, stats.seconds - stats.generate_seconds)
+        self.last_stats = stats
+        return episodes
+
+    def _play(self, gateway: RecordingGateway, task: Task, member: int, episode_id: int) -> Episode:
+        sid = gateway.open_session((task.group_id, member))
+        env = {**os.environ, "OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
+               "ARL_REWARD_URL": f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward",
+               "ARL_TASK_SEED": str(task.seed), "ARL_GROUP_ID": str(task.group_id), "ARL_MEMBER": str(member)}
+        failure = ""
+        try:
+            done = subprocess.run(self.command, env=env, capture_output=True, text=True, timeout=self.timeout_s,
+                                  check=False)
+            if done.returncode != 0:
+                failure = f"exit code {done.returncode}: {done.stderr.strip()[-300:]}"
+        except subprocess.TimeoutExpired:
+            failure = f"no end after {self.timeout_s:g} s (killed)"
+        session = gateway.close_session(sid)
+        return self._episode(session, task, episode_id, failure)
+
+    def _episode(self, session: Session, task: Task, episode_id: int, failure: str) -> Episode:
+        failure = failure or (f"malformed request: {session.malformed}" if session.malformed else "")
+        if not failure and not session.calls:
+            failure = "no call to the model"
+        if not failure and session.reward is None:
+            failure = "no reward reported"
+        episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name="program",
+                          task_type=session.task_type or self.task_type)
+        last = len(session.calls) - 1
+        per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(session.calls) else None
+        for k, call in enumerate(session.calls):
+            valid = k not in session.invalid_calls
+            reward = per_call[k] if per_call is not None else (float(session.reward or 0.0) if k == last else 0.0)
+            episode.turns.append(Turn(
+                prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
+                response_text=call.text, action=call.text if valid else "", valid=valid,
+                reason="" if valid else "reported invalid", reward=reward,
+                done=k == last, anchor_key=anchor_key(call.messages[-1]["content"]),
+                truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
+            ))
+        if failure:
+            log.warning("env=program: group %d episode %d failed: %s", task.group_id, episode_id, failure)
+            episode.env_error = True
+        else:
+            episode.won, episode.score = session.won, 1.0 if session.won else 0.0
+        return episode
+
+    def close(self) -> None:
+        """Nothing stays up between rollouts (each starts and stops its gateway)."""
+
+
+__all__ = ["PROGRAM_ENV", "ProgramLoop"]

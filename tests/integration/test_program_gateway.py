@@ -1,0 +1,122 @@
+"""Agent programs through the recording gateway (arl.agent.gateway, arl.agent.programs): a real uvicorn
+server on localhost, the real ``openai`` client, the tiny model and its tokenizer.
+
+- the example agent (``examples/openai_sokoban_agent.py``) plays Sokoban through the gateway: greedy, it
+  plays the same episodes as the built-in agent loop, token for token and reward for reward, and the
+  trainer's log-probs of the recorded calls equal the engine's;
+- a program that hangs, crashes or sends garbage costs one failed episode (``env_error``), and the rollout
+  goes on: the other episodes of the same rollout are played;
+- the endpoint answers the ``openai`` client, refuses a malformed request (400) and an unknown session (404).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from arl_testing import ROOT
+
+pytest.importorskip("uvicorn", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
+openai = pytest.importorskip("openai", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
+
+AGENT = ["python", str(ROOT / "examples" / "openai_sokoban_agent.py")]
+GREEDY = {"temperature": 0.0, "max_new_tokens": 16}
+
+
+def _program_loop(tiny, command, **kw):
+    from arl.agent.programs import ProgramLoop
+    from arl.rollout.hf_engine import HFEngine
+
+    model, tok = tiny
+    return ProgramLoop(HFEngine(model, tok), tok, command, **kw)
+
+
+def test_the_example_agent_plays_the_built_in_loops_greedy_episodes(tiny):
+    from arl.agent.loop import AgentLoop, LoopOptions, Task
+    from arl.agent.samples import collate, turn_samples
+    from arl.modules.forward import forward_log_probs
+    from arl.rollout.engine import SamplingParams
+    from arl.rollout.hf_engine import HFEngine
+
+    model, tok = tiny
+    params = SamplingParams(**GREEDY)
+    programs = _program_loop(tiny, AGENT, max_concurrency=1)
+    built_in = AgentLoop(HFEngine(model, tok), tok, "sokoban", {"prompt_style": "full"},
+                         LoopOptions(history_window=1, max_turns=10))
+    for task in (Task(0, 5), Task(1, 6)):  # one at a time: both sides decode batches of one
+        (through_gateway,) = programs.run([task], 1, params)
+        (direct,) = built_in.run([task], 1, params)
+        assert not through_gateway.env_error and through_gateway.num_turns == direct.num_turns >= 1
+        for a, b in zip(through_gateway.turns, direct.turns):
+            assert a.prompt_ids == b.prompt_ids and a.response_ids == b.response_ids
+            assert a.reward == pytest.approx(b.reward) and a.valid == b.valid
+            assert max(abs(x - y) for x, y in zip(a.rollout_log_probs, b.rollout_log_probs)) < 1e-5
+        assert through_gateway.won == direct.won and through_gateway.ret == pytest.approx(direct.ret)
+        samples = turn_samples([through_gateway])
+        batch = collate(samples, tok.pad_token_id)
+        with torch.no_grad():
+            logp, _ = forward_log_probs(model, batch)
+        m = batch["response_mask"]
+        assert float(((logp - batch["rollout_log_probs"]).abs() * m).max()) < 1e-4
+    built_in.close()
+
+
+HANG = "import time; time.sleep(600)"
+CRASH = "raise SystemExit('the agent fell over')"
+GARBAGE = """
+import json, os, urllib.request, urllib.error
+url = os.environ['OPENAI_BASE_URL'] + '/chat/completions'
+try:
+    urllib.request.urlopen(urllib.request.Request(url, data=b'{"messages": "not a list"}',
+                           headers={'Content-Type': 'application/json'}, method='POST'), timeout=10)
+except urllib.error.HTTPError as err:
+    assert err.code == 400
+"""
+
+
+@pytest.mark.parametrize("name, code", [("hang", HANG), ("crash", CRASH), ("garbage", GARBAGE)])
+def test_a_failing_program_costs_one_failed_episode(tiny, name, code):
+    """Two tasks of two members; member 1 of task 0 runs the failing program (the command picks by the
+    environment), the others the example agent: one failed episode, three played."""
+    from arl.agent.loop import Task
+    from arl.rollout.engine import SamplingParams
+
+    chooser = (f"import os, runpy, sys\nif os.environ['ARL_GROUP_ID'] == '0' and os.environ['ARL_MEMBER'] == '1':\n"
+               f"    exec(compile({code!r}, 'failing', 'exec'))\nelse:\n"
+               f"    sys.argv = [{AGENT[1]!r}]\n    runpy.run_path({AGENT[1]!r}, run_name='__main__')\n")
+    loop = _program_loop(tiny, ["python", "-c", chooser], timeout_s=20.0)
+    t0 = time.perf_counter()
+    episodes = loop.run([Task(0, 5), Task(1, 6)], 2, SamplingParams(**GREEDY))
+    assert time.perf_counter() - t0 < 120  # the hang cost its timeout, not the rollout
+    failed = [(e.group_id, e.episode_id) for e in episodes if e.env_error]
+    assert failed == [(0, 1)], failed
+    assert all(e.num_turns >= 1 for e in episodes if not e.env_error)
+
+
+def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
+    import httpx
+
+    from arl.agent.gateway import RecordingGateway
+    from arl.rollout.engine import SamplingParams
+    from arl.rollout.hf_engine import HFEngine
+
+    model, tok = tiny
+    with RecordingGateway(HFEngine(model, tok), tok, SamplingParams(**GREEDY)) as gateway:
+        sid = gateway.open_session("k")
+        client = openai.OpenAI(base_url=gateway.base_url(sid), api_key="arl")
+        answer = client.chat.completions.create(model="arl-policy", messages=[{"role": "user", "content": "Hello"}])
+        text = answer.choices[0].message.content
+        assert isinstance(text, str) and answer.usage.completion_tokens >= 1
+        bad = httpx.post(f"{gateway.base_url(sid)}/chat/completions", json={"messages": [{"role": "robot"}]})
+        assert bad.status_code == 400 and "role" in bad.json()["error"]["message"]
+        unknown = httpx.post(f"{gateway.base_url('nosuch')}/chat/completions", json={"messages": []})
+        assert unknown.status_code == 404
+        report = httpx.post(f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward", json={"reward": 1.5})
+        assert report.status_code == 200
+        session = gateway.close_session(sid)
+    (call,) = session.calls
+    assert call.text == text and call.messages == [{"role": "user", "content": "Hello"}]
+    assert tok.decode(call.response_ids, skip_special_tokens=True) == text and len(call.log_probs) == len(call.response_ids)
+    assert session.reward == 1.5 and session.won and session.malformed.startswith("each message needs a role")
