@@ -30,6 +30,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
 from arl.agent.prompts import encode_prompt
 from arl.rollout.engine import SamplingParams
 
@@ -194,12 +200,7 @@ class RecordingGateway:
         return 200, {"ok": True}
 
     # ---------------------------------------------------------------- the server
-    def _app(self):
-        from starlette.applications import Starlette  # lazy: the optional ecosystem extra
-        from starlette.requests import Request
-        from starlette.responses import JSONResponse
-        from starlette.routing import Route
-
+    def _app(self) -> Starlette:
         async def body_of(request: Request) -> Any:
             try:
                 return await request.json()
@@ -221,8 +222,6 @@ class RecordingGateway:
 
     def start(self) -> Self:
         """Start the batcher and the HTTP server (on a free port); returns self once it listens."""
-        import uvicorn  # lazy: the optional ecosystem extra
-
         config = uvicorn.Config(self._app(), host=self.host, port=0, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._threads = [threading.Thread(target=self._batcher, name="arl-gateway-batcher", daemon=True),

@@ -34,11 +34,10 @@ from arl.agent.gateway import RecordingGateway, Session
 from arl.agent.loop import RolloutStats, Task
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.base import EnvSpec
+from arl.envs.registry import PROGRAM_ENV
 from arl.rollout.engine import RolloutEngine, SamplingParams
 
 log = logging.getLogger(__name__)
-
-PROGRAM_ENV = "program"  # env.name of the episodes a user's program plays (configs/env/program.yaml)
 
 
 def _no_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
@@ -74,7 +73,7 @@ class ProgramLoop:
         self.task_type = task_type
         self.timeout_s = float(timeout_s)
         self.max_concurrency = int(max_concurrency)
-        self.spec = EnvSpec(name="program", max_turns=0, invalid_action="", render_prompt=_no_prompt,
+        self.spec = EnvSpec(name=PROGRAM_ENV, max_turns=0, invalid_action="", render_prompt=_no_prompt,
                             check_admissible=False)
         self.sample_mode = "turn"
         self.pool = _Pool()
@@ -121,7 +120,7 @@ class ProgramLoop:
             failure = "no call to the model"
         if not failure and session.reward is None:
             failure = "no reward reported"
-        episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name="program",
+        episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name=PROGRAM_ENV,
                           task_type=session.task_type or self.task_type)
         last = len(session.calls) - 1
         per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(session.calls) else None
@@ -146,4 +145,4 @@ class ProgramLoop:
         """Nothing stays up between rollouts (each starts and stops its gateway)."""
 
 
-__all__ = ["PROGRAM_ENV", "ProgramLoop"]
+__all__ = ["ProgramLoop"]

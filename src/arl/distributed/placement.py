@@ -246,9 +246,10 @@ def ensure_process_group(placement: Placement) -> bool:
     Lightning's ``SLURMEnvironment`` (the same values its launch would use). Lightning finds the
     group initialised and keeps it.
     """
-    # heavy: placement stays torch-free (train.py's resolvers import it first)
-    import torch
-    import torch.distributed as dist
+    # heavy: placement stays torch-free (train.py's resolvers import it first); binds torch, with torch.distributed
+    import torch.distributed
+
+    dist = torch.distributed
 
     if placement.world_size == 1 or (dist.is_available() and dist.is_initialized()):
         return False

@@ -23,6 +23,9 @@ _ENVS: dict[str, str] = {
 }
 
 
+#: env.name of the episodes a user's agent program plays through the recording gateway (arl.agent.programs)
+PROGRAM_ENV = "program"
+
 # name -> (the package an env needs, the extra that brings it): checked at start-up (arl.run.checks)
 _PACKAGES: dict[str, tuple[str, str]] = {
     "gym": ("gymnasium", "ecosystem"),
@@ -60,6 +63,9 @@ def env_path(name: str) -> str:
 
 def env_class(name: str) -> type:
     """The environment class registered as ``name`` (or at ``"module:Class"``); clear errors."""
+    missing = missing_package(name)
+    if missing:
+        raise ImportError(missing)
     module_name, attr = env_path(name).split(":", 1)
     try:
         module = importlib.import_module(module_name)

@@ -22,12 +22,11 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from arl.agent.experts import expert_path
-from arl.agent.programs import PROGRAM_ENV
 from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
 from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
-from arl.envs.registry import env_names, missing_package
+from arl.envs.registry import PROGRAM_ENV, env_names, missing_package
 from arl.models.config import ModelSettings, validate_model_config
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.run.loggers import tracker_problem

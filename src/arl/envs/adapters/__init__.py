@@ -8,23 +8,13 @@ project's own envs have: an action the env rejects is a no-op scored as invalid 
 run), the task type (the env id, or the env's own ``info["task_type"]``), seeds that pair validation
 episodes game by game (``reset(seed)`` is deterministic), GiGPO anchors (the observation), and the
 viewer's turn text. The packages are the ``ecosystem`` extra (``pip install -e '.[ecosystem]'``, which
-``make install`` brings); a missing one stops the run at start-up naming it (:func:`require`).
+``make install`` brings); a missing one stops the run at start-up naming it
+(:func:`arl.envs.registry.missing_package`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
-
-EXTRA = "ecosystem"
-
-
-def require(package: str, env: str) -> None:
-    """Raise ``ImportError`` naming the extra when ``package`` is not installed."""
-    if importlib.util.find_spec(package) is None:
-        raise ImportError(
-            f"env={env} needs the {package!r} package: pip install -e '.[{EXTRA}]' (make install brings it)"
-        )
 
 
 def generic_prompt(task: str, answer_hint: str) -> Callable[[str, str, dict], str]:

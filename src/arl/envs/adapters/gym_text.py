@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from arl.envs.adapters import generic_prompt, require
+import gymnasium
+
+from arl.envs.adapters import generic_prompt
 from arl.envs.base import EnvSpec, StepResult
 
 
@@ -36,21 +38,18 @@ class GymTextEnv:
         max_turns: turns per episode (the env's own time limit may end it sooner).
         task: the task's text at the top of every prompt (the env's ``info["task"]`` wins).
         answer_hint: what goes between the action tags, for the prompt.
-        invalid_action: what the agent loop sends for an answer that did not parse.
-        invalid_reward: the reward of a turn whose action the env rejected.
+        invalid_reward: the reward of a turn whose action the env rejected (an answer that did not
+            parse is sent as the empty action, which the env may take or reject).
     """
 
     def __init__(self, id: str, kwargs: dict[str, Any] | None = None, max_turns: int = 20, task: str = "",
-                 answer_hint: str = "your action", invalid_action: str = "", invalid_reward: float = 0.0):
-        require("gymnasium", "gym")
-        import gymnasium  # lazy: the optional ecosystem extra
-
+                 answer_hint: str = "your action", invalid_reward: float = 0.0):
         self.id = str(id)
         self.env = gymnasium.make(self.id, **dict(kwargs or {}))
         self.invalid_reward = float(invalid_reward)
         self.task = task
         self.spec = EnvSpec(
-            name="gym", max_turns=int(max_turns), invalid_action=invalid_action,
+            name="gym", max_turns=int(max_turns), invalid_action="",
             render_prompt=generic_prompt(task, answer_hint), check_admissible=True,
         )
         self._observation = ""

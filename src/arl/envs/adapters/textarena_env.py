@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from arl.envs.adapters import generic_prompt, require
+import textarena
+
+from arl.envs.adapters import generic_prompt
 from arl.envs.base import EnvSpec, StepResult
 
 PLAYER = 0
@@ -50,9 +52,6 @@ class TextArenaEnv:
     """
 
     def __init__(self, id: str, max_turns: int = 20, answer_hint: str = "your move, e.g. [5]"):
-        require("textarena", "textarena")
-        import textarena  # lazy: the optional ecosystem extra
-
         self.id = str(id)
         raw = self.id if self.id.endswith("-raw") else f"{self.id}-raw"
         self.env = textarena.make(raw)
