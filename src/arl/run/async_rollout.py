@@ -33,8 +33,10 @@ trained twice and none is older than the bound, but the run is not the one the k
 
 Validation stays in the learner process, on its own engine (the transformers engine shares the
 policy module, so it costs no copy). What is not offered yet, each stopped at start-up
-(:mod:`arl.run.checks`): the per-episode schedule (a refresh would fall inside a turn), vLLM, and
-several ranks.
+(:mod:`arl.run.checks`): the per-episode schedule (a refresh would fall inside a turn) and several
+ranks. Both engines work: the rollout process loads the published weights with the engine's
+``load_weights`` (the transformers engine copies them into its module, vLLM reloads them); at staleness 0
+the vLLM run equals the synchronous vLLM run too (``make test-vllm``).
 """
 
 from __future__ import annotations
