@@ -127,6 +127,7 @@ SKIPPED = (
     ("bash scripts/alfworld_strong_study.sh", "run shortened by test_alfworld_strong_study_stages_run_shortened"),
     ("bash scripts/sokoban_rl_study.sh", "run shortened by test_calibration_and_sokoban_study_run_shortened"),
     ("bash scripts/webshop_rl_study.sh", "run shortened by test_webshop_rl_study_runs_shortened"),
+    ("bash scripts/staleness_study.sh", "run shortened by test_staleness_study_runs_shortened"),
     ("START_ONLY=", "a study script's start alone (the scripts run shortened by their tests)"),
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
@@ -641,6 +642,23 @@ def test_calibration_and_sokoban_study_run_shortened(tmp_path):
     bad = subprocess.run(["bash", str(ROOT / "scripts" / "calibrate.sh")], cwd=ROOT, capture_output=True, text=True,
                          env={**env, "ENV": "frozenlake"}, timeout=60)
     assert bad.returncode == 2 and "no study to calibrate from" in bad.stderr
+
+
+@pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
+def test_staleness_study_runs_shortened(tmp_path):
+    """``scripts/staleness_study.sh`` shortened: the committed Sokoban start, the grid of three staleness bounds x
+    the correction off and on, one seed, one iteration each, run folders named by the grid, the table and the
+    archive."""
+    out, archive = tmp_path / "stale", tmp_path / "archive"
+    env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
+           "VAL_EVERY": "1", "VAL_EPISODES": "4", "EXTRA": "rollout.tasks_per_iteration=2 rollout.group_size=2"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "staleness_study.sh")], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    runs = sorted(p.name for p in (out / "rl").iterdir() if p.is_dir())
+    assert runs == [f"sampo_k{k}_is{c}_seed1" for k in (0, 2, 4) for c in ("False", "True")], runs
+    assert (archive / "calibration.md").read_text().count("| `rl.max_staleness=") == 6
+    assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
 
 
 @pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
