@@ -100,7 +100,7 @@ def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
 
     model, tok = tiny
     with RecordingGateway(HFEngine(model, tok), tok, SamplingParams(**GREEDY)) as gateway:
-        sid = gateway.open_session("k")
+        sid = gateway.open_session()
         client = openai.OpenAI(base_url=gateway.base_url(sid), api_key="arl")
         answer = client.chat.completions.create(model="arl-policy", messages=[{"role": "user", "content": "Hello"}])
         text = answer.choices[0].message.content

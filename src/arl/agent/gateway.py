@@ -58,7 +58,6 @@ class Call:
 class Session:
     """One episode's calls and the outcome its program reported (``reward`` None: not reported)."""
 
-    key: Any
     calls: list[Call] = field(default_factory=list)
     reward: float | None = None
     won: bool = False
@@ -110,11 +109,11 @@ class RecordingGateway:
         self.engine_calls = 0
 
     # ---------------------------------------------------------------- sessions
-    def open_session(self, key: Any) -> str:
+    def open_session(self) -> str:
         """A new session for one episode; returns its id."""
         sid = secrets.token_hex(8)
         with self._lock:
-            self.sessions[sid] = Session(key)
+            self.sessions[sid] = Session()
         return sid
 
     def base_url(self, sid: str) -> str:

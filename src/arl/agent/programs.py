@@ -99,7 +99,7 @@ class ProgramLoop:
         return episodes
 
     def _play(self, gateway: RecordingGateway, task: Task, member: int, episode_id: int) -> Episode:
-        sid = gateway.open_session((task.group_id, member))
+        sid = gateway.open_session()
         env = {**os.environ, "OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
                "ARL_REWARD_URL": f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward",
                "ARL_TASK_SEED": str(task.seed), "ARL_GROUP_ID": str(task.group_id), "ARL_MEMBER": str(member)}

@@ -26,21 +26,21 @@ _ENVS: dict[str, str] = {
 #: env.name of the episodes a user's agent program plays through the recording gateway (arl.agent.programs)
 PROGRAM_ENV = "program"
 
-# name -> (the package an env needs, the extra that brings it): checked at start-up (arl.run.checks)
-_PACKAGES: dict[str, tuple[str, str]] = {
-    "gym": ("gymnasium", "ecosystem"),
-    "textarena": ("textarena", "ecosystem"),
+# name -> (the packages an env needs, the extra that brings them): checked at start-up (arl.run.checks)
+_PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "gym": (("gymnasium",), "ecosystem"),
+    "textarena": (("textarena",), "ecosystem"),
+    PROGRAM_ENV: (("uvicorn", "starlette"), "ecosystem"),  # the recording gateway's HTTP server
 }
 
 
 def missing_package(name: str) -> str | None:
     """Why env ``name`` cannot run here (a package of an optional extra not installed), or None."""
-    if name not in _PACKAGES:
-        return None
-    package, extra = _PACKAGES[name]
-    if importlib.util.find_spec(package) is not None:
-        return None
-    return f"env={name} needs the {package!r} package: pip install -e '.[{extra}]' (make install brings it)"
+    packages, extra = _PACKAGES.get(name, ((), ""))
+    for package in packages:
+        if importlib.util.find_spec(package) is None:
+            return f"env={name} needs the {package!r} package: pip install -e '.[{extra}]' (make install brings it)"
+    return None
 
 
 def env_names() -> list[str]:

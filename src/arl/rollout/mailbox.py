@@ -3,7 +3,7 @@
 The learner publishes its weights after every update into a :class:`WeightMailbox`: one copy of the
 policy's state dict in shared memory, a version counter (the number of updates behind those
 weights) and a lock. The rollout process never waits for the learner to write: before each engine
-call it looks at the version and, when a newer one is there, copies the mailbox into its own model
+call it looks at the version and, when a newer one is there, loads the mailbox into its engine
 (:meth:`WeightMailbox.refresh`), so the episodes in flight go on with the newer weights from their
 next turn. The learner never waits for a generation either: it only waits for a copy to finish.
 
@@ -30,6 +30,16 @@ import torch
 from arl.rollout.engine import Generation, SamplingParams
 
 
+def _get(messages, stop: Callable[[], bool]) -> Any:
+    """The next item of the process queue ``messages``, or None once ``stop()`` says to give up."""
+    while not stop():
+        try:
+            return messages.get(timeout=0.05)
+        except queue.Empty:
+            continue
+    return None
+
+
 class WeightMailbox:
     """The policy's weights in shared memory, their version, and the random states handed with them.
 
@@ -53,10 +63,9 @@ class WeightMailbox:
 
     # ---------------------------------------------------------------- the learner's side
     @torch.no_grad()
-    def publish(self, model, version: int, rng: dict[str, Any] | None = None) -> float:
+    def publish(self, model, version: int, rng: dict[str, Any] | None = None) -> None:
         """Copy ``model``'s weights in as ``version`` (with the learner's random states ``rng`` when
-        the streams are chained); returns the seconds spent, the wait for the lock included."""
-        t0 = time.perf_counter()
+        the streams are chained)."""
         state = model.state_dict()
         with self.lock:
             for name, target in self.tensors.items():
@@ -64,7 +73,6 @@ class WeightMailbox:
             self.version.value = int(version)
         if rng is not None:
             self.rng_states.put((int(version), rng))
-        return time.perf_counter() - t0
 
     def start_at(self, iteration: int, rng: dict[str, Any]) -> None:
         """Tell the rollout process where to start: the first iteration it plays and its random states."""
@@ -74,12 +82,7 @@ class WeightMailbox:
     def first_message(self, stop: Callable[[], bool]) -> tuple[int, dict[str, Any]] | None:
         """(the iteration to start at, the random states to start from), once the learner sent them; None
         when ``stop()`` says to give up first."""
-        while not stop():
-            try:
-                return self.start.get(timeout=0.05)
-            except queue.Empty:
-                continue
-        return None
+        return _get(self.start, stop)
 
     @torch.no_grad()
     def refresh(self, engine) -> int:
@@ -103,11 +106,8 @@ class WeightMailbox:
     def rng_for(self, version: int, stop: Callable[[], bool]) -> dict[str, Any] | None:
         """The learner's random states published with ``version`` (older ones are dropped); None when
         ``stop()`` says to give up first."""
-        while not stop():
-            try:
-                got, states = self.rng_states.get(timeout=0.05)
-            except queue.Empty:
-                continue
+        while (message := _get(self.rng_states, stop)) is not None:
+            got, states = message
             if got == version:
                 return states
             if got > version:

@@ -156,14 +156,15 @@ def _from_bytes(data: bytes) -> Any:
 class AsyncRollouts:
     """The learner's side: starts the rollout process, publishes the weights, hands the batches over.
 
+    A checkpoint holds the batches the rollout process had finished and the learner had not trained
+    (:meth:`state_dict`): a resumed run trains them first, exactly as they were played (their versions
+    included), and its rollout process starts after them from the random states the last one left.
+
     Args:
         run: the run's settings (``rl.max_staleness`` set).
         model: the policy (copied for the rollout process; the mailbox is shaped after it).
         tokenizer: the policy's tokenizer.
         pad_id: the padding id of the collated batches.
-    A checkpoint holds the batches the rollout process had finished and the learner had not trained
-    (:meth:`state_dict`): a resumed run trains them first, exactly as they were played (their versions
-    included), and its rollout process starts after them from the random states the last one left.
     """
 
     def __init__(self, run: RunSettings, model, tokenizer, pad_id: int):
@@ -180,7 +181,6 @@ class AsyncRollouts:
         self.process.start()
         del worker_model
         self.published = -1
-        self.publish_seconds = 0.0
         self._last_taken: float | None = None
         self.received: deque[bytes] = deque()  # batches taken off the pipe, not yet trained (in order)
 
@@ -194,7 +194,7 @@ class AsyncRollouts:
             states = _from_bytes(self.received[-1])[1] if self.received else capture_rng()
             self.mailbox.start_at(start, states)
         rng = capture_rng() if self.chained and self.published >= 0 else None
-        self.publish_seconds += self.mailbox.publish(model, version, rng)
+        self.mailbox.publish(model, version, rng)
         self.published = int(version)
 
     def state_dict(self) -> dict[str, Any]:

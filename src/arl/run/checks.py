@@ -74,21 +74,18 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 
 def _validate_env_and_model(run: RunSettings) -> None:
-    if run.env.name == PROGRAM_ENV:
-        _validate_program(run)
-    elif ":" not in run.env.name:  # "package.module:Class" plugs in a user env
+    if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
         _choice("env.name", run.env.name, [*env_names(), PROGRAM_ENV])
         missing = missing_package(run.env.name)
         if missing:
             raise ConfigError(missing)
+    if run.env.name == PROGRAM_ENV:
+        _validate_program(run)
     validate_model_config(run.model)
 
 
 def _validate_program(run: RunSettings) -> None:
     """``env=program``: a user's agent program plays the episodes (:mod:`arl.agent.programs`)."""
-    for package in ("uvicorn", "starlette"):
-        if importlib.util.find_spec(package) is None:
-            raise ConfigError(f"env=program needs the {package!r} package: pip install -e '.[ecosystem]' (make install brings it)")
     why = []
     if run.bc.enabled:
         why.append("bc.enabled=true (a program has no expert to clone: bc.enabled=false)")

@@ -1,6 +1,6 @@
 """``env=gym``: a gymnasium environment with text observations behind the env contract.
 
-``GymTextEnv(id="my_pkg/Guess-v0", kwargs={...})`` makes the environment with ``gymnasium.make`` (a
+``GymTextEnv(id="my_pkg.envs:Guess-v0", kwargs={...})`` makes the environment with ``gymnasium.make`` (a
 ``module:`` prefix in the id imports the package that registers it, gymnasium's own convention) and
 maps it onto :class:`~arl.envs.base.TextEnv`:
 
@@ -23,10 +23,6 @@ import gymnasium
 
 from arl.envs.adapters import generic_prompt
 from arl.envs.base import EnvSpec, StepResult
-
-
-def _text(observation: Any) -> str:
-    return observation if isinstance(observation, str) else str(observation)
 
 
 class GymTextEnv:
@@ -67,7 +63,7 @@ class GymTextEnv:
 
     def reset(self, seed: int) -> tuple[str, dict[str, Any]]:
         observation, raw = self.env.reset(seed=int(seed))
-        self._observation = _text(observation)
+        self._observation = str(observation)
         self._info = self._info_of(raw or {}, self._observation)
         return self._observation, self._info
 
@@ -80,7 +76,7 @@ class GymTextEnv:
         except Exception as err:  # noqa: BLE001 - any rejection is an invalid, state-keeping turn
             info = {**self._info, "invalid_action": True, "error": f"{type(err).__name__}: {err}"}
             return StepResult(self._observation, self.invalid_reward, False, info)
-        self._observation = _text(observation)
+        self._observation = str(observation)
         self._info = self._info_of(raw or {}, self._observation)
         return StepResult(self._observation, float(reward), bool(terminated or truncated), self._info)
 
