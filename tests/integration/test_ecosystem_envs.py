@@ -114,13 +114,14 @@ def test_train_runs_rl_on_an_adapted_env_and_the_viewer_reads_it(env, overrides,
     assert html.exists() and html.stat().st_size > 1000
 
 
-def test_a_missing_package_stops_the_run_naming_the_extra(monkeypatch):
+@pytest.mark.parametrize("env, package", [("textarena", "textarena"), ("verifiers", "verifiers")])
+def test_a_missing_package_stops_the_run_naming_the_extra(monkeypatch, env, package):
     import importlib.util
 
     from arl.run.checks import validate_config
     from arl.utils.config import ConfigError
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "textarena" else real(name, *a))
-    with pytest.raises(ConfigError, match=r"env=textarena needs the 'textarena' package: pip install -e '.\[ecosystem\]'"):
-        validate_config(compose(["env=textarena"]))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else real(name, *a))
+    with pytest.raises(ConfigError, match=rf"env={env} needs the '{package}' package: pip install -e '.\[ecosystem\]'"):
+        validate_config(compose([f"env={env}", "bc.enabled=false"]))

@@ -21,11 +21,13 @@ uvicorn in a thread, started and stopped by :class:`RecordingGateway`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -33,7 +35,7 @@ from typing import Any, Self
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from arl.agent.prompts import encode_prompt
@@ -79,6 +81,24 @@ def _check_messages(body: Any) -> list[dict[str, str]]:
             raise ValueError(f"each message needs a role (system, user, assistant) and a text content; got {m!r}")
         messages.append({"role": m["role"], "content": m["content"]})
     return messages
+
+
+def _as_events(completion: dict[str, Any], usage: bool) -> Iterator[str]:
+    """A finished chat completion as the server-sent events of a streamed one (``"stream": true``): the
+    answer in one delta, then the finish reason, the usage when the request asked for it
+    (``stream_options.include_usage``), and ``[DONE]``. The answer is sampled whole before the first
+    event, so streaming changes how it travels, not what is recorded."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    chunks = [
+        head | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None, "logprobs": None}]},
+        head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"], "logprobs": None}]},
+    ]
+    if usage:
+        chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    for chunk in chunks:
+        yield f"data: {json.dumps(chunk)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 class RecordingGateway:
@@ -206,8 +226,12 @@ class RecordingGateway:
             except Exception:  # noqa: BLE001 - not JSON: the checks below refuse it
                 return None
 
-        async def completions(request: Request) -> JSONResponse:
-            status, payload = await self._complete(request.path_params["sid"], await body_of(request))
+        async def completions(request: Request) -> Response:
+            body = await body_of(request)
+            status, payload = await self._complete(request.path_params["sid"], body)
+            if status == 200 and isinstance(body, dict) and body.get("stream"):
+                usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage")
+                return StreamingResponse(_as_events(payload, bool(usage)), media_type="text/event-stream")
             return JSONResponse(payload, status_code=status)
 
         async def reward(request: Request) -> JSONResponse:

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 
 def _no_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
-    raise RuntimeError("env=program: the agent program writes its own prompts")
+    raise RuntimeError("the agent program (or the verifiers environment) writes its own prompts")
 
 
 @dataclass
@@ -51,7 +52,87 @@ class _Pool:
     restarts: int = 0
 
 
-class ProgramLoop:
+class GatewayLoop(ABC):
+    """Rollouts whose episodes something else plays through a :class:`RecordingGateway` (module docstring):
+    a subclass says how (``_play_all``); this base runs the gateway, times the rollout and turns each
+    session's recorded calls into an :class:`~arl.agent.records.Episode`.
+
+    Args:
+        engine: the rollout engine the gateway serves.
+        tokenizer: the policy's tokenizer (its chat template renders the messages).
+        env_name: the episodes' ``env_name`` (``program``, ``verifiers``).
+        task_type: the episodes' task type when the player reports none.
+        timeout_s: seconds an episode may take before it is given up (a failed episode).
+        max_concurrency: episodes played at once.
+    """
+
+    def __init__(self, engine: RolloutEngine, tokenizer, env_name: str, task_type: str, timeout_s: float,
+                 max_concurrency: int):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.task_type = task_type
+        self.timeout_s = float(timeout_s)
+        self.max_concurrency = int(max_concurrency)
+        self.spec = EnvSpec(name=env_name, max_turns=0, invalid_action="", render_prompt=_no_prompt,
+                            check_admissible=False)
+        self.sample_mode = "turn"
+        self.pool = _Pool()
+        self.last_stats = RolloutStats()
+
+    def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0,
+            teacher: str | None = None) -> list[Episode]:
+        """``len(tasks) * group_size`` episodes; ordered by (group, member)."""
+        if teacher is not None:
+            raise ValueError(f"env={self.spec.name} has no expert to label turns with (DAgger)")
+        t0 = time.perf_counter()
+        slots = [(task, member, first_episode_id + i * group_size + member)
+                 for i, task in enumerate(tasks) for member in range(group_size)]
+        batch = getattr(self.engine, "max_batch_size", 64)
+        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch) as gateway:
+            episodes = self._play_all(gateway, slots)
+            stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
+                                 generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
+                                 env_steps=sum(e.num_turns for e in episodes))
+        stats.env_seconds = max(0.0, stats.seconds - stats.generate_seconds)
+        self.last_stats = stats
+        return episodes
+
+    @abstractmethod
+    def _play_all(self, gateway: RecordingGateway, slots: list[tuple[Task, int, int]]) -> list[Episode]:
+        """The episodes of ``slots`` ((task, member, episode id) each), in their order."""
+
+    def _episode(self, session: Session, task: Task, episode_id: int, failure: str) -> Episode:
+        failure = failure or (f"malformed request: {session.malformed}" if session.malformed else "")
+        if not failure and not session.calls:
+            failure = "no call to the model"
+        if not failure and session.reward is None:
+            failure = "no reward reported"
+        episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name=self.spec.name,
+                          task_type=session.task_type or self.task_type)
+        last = len(session.calls) - 1
+        per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(session.calls) else None
+        for k, call in enumerate(session.calls):
+            valid = k not in session.invalid_calls
+            reward = per_call[k] if per_call is not None else (float(session.reward or 0.0) if k == last else 0.0)
+            episode.turns.append(Turn(
+                prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
+                response_text=call.text, action=call.text if valid else "", valid=valid,
+                reason="" if valid else "reported invalid", reward=reward,
+                done=k == last, anchor_key=anchor_key(call.messages[-1]["content"]),
+                truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
+            ))
+        if failure:
+            log.warning("env=%s: group %d episode %d failed: %s", self.spec.name, task.group_id, episode_id, failure)
+            episode.env_error = True
+        else:
+            episode.won, episode.score = session.won, 1.0 if session.won else 0.0
+        return episode
+
+    def close(self) -> None:  # noqa: B027 - nothing to close is the common case, not a hook to fill
+        """Nothing stays up between rollouts (each starts and stops its gateway)."""
+
+
+class ProgramLoop(GatewayLoop):
     """Rollouts by an agent program (module docstring).
 
     Args:
@@ -67,36 +148,13 @@ class ProgramLoop:
                  timeout_s: float = 120.0, max_concurrency: int = 64):
         if not command:
             raise ValueError("env=program needs env.kwargs.command: the agent program and its arguments")
-        self.engine = engine
-        self.tokenizer = tokenizer
+        super().__init__(engine, tokenizer, PROGRAM_ENV, task_type, timeout_s, max_concurrency)
         self.command = [sys.executable if part == "python" else str(part) for part in command]
-        self.task_type = task_type
-        self.timeout_s = float(timeout_s)
-        self.max_concurrency = int(max_concurrency)
-        self.spec = EnvSpec(name=PROGRAM_ENV, max_turns=0, invalid_action="", render_prompt=_no_prompt,
-                            check_admissible=False)
-        self.sample_mode = "turn"
-        self.pool = _Pool()
-        self.last_stats = RolloutStats()
 
-    def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0,
-            teacher: str | None = None) -> list[Episode]:
-        """``len(tasks) * group_size`` episodes, one program run each; ordered by (group, member)."""
-        if teacher is not None:
-            raise ValueError("env=program has no expert to label turns with (DAgger)")
-        t0 = time.perf_counter()
-        slots = [(task, member, first_episode_id + i * group_size + member)
-                 for i, task in enumerate(tasks) for member in range(group_size)]
-        batch = getattr(self.engine, "max_batch_size", 64)
-        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch) as gateway:
-            with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(slots)))) as workers:
-                episodes = list(workers.map(lambda slot: self._play(gateway, *slot), slots))
-            stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
-                                 generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
-                                 env_steps=sum(e.num_turns for e in episodes))
-        stats.env_seconds = max(0.0, stats.seconds - stats.generate_seconds)
-        self.last_stats = stats
-        return episodes
+    def _play_all(self, gateway: RecordingGateway, slots: list[tuple[Task, int, int]]) -> list[Episode]:
+        """One program run an episode, at most ``max_concurrency`` at once."""
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(slots)))) as workers:
+            return list(workers.map(lambda slot: self._play(gateway, *slot), slots))
 
     def _play(self, gateway: RecordingGateway, task: Task, member: int, episode_id: int) -> Episode:
         sid = gateway.open_session()
@@ -114,35 +172,5 @@ class ProgramLoop:
         session = gateway.close_session(sid)
         return self._episode(session, task, episode_id, failure)
 
-    def _episode(self, session: Session, task: Task, episode_id: int, failure: str) -> Episode:
-        failure = failure or (f"malformed request: {session.malformed}" if session.malformed else "")
-        if not failure and not session.calls:
-            failure = "no call to the model"
-        if not failure and session.reward is None:
-            failure = "no reward reported"
-        episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name=PROGRAM_ENV,
-                          task_type=session.task_type or self.task_type)
-        last = len(session.calls) - 1
-        per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(session.calls) else None
-        for k, call in enumerate(session.calls):
-            valid = k not in session.invalid_calls
-            reward = per_call[k] if per_call is not None else (float(session.reward or 0.0) if k == last else 0.0)
-            episode.turns.append(Turn(
-                prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
-                response_text=call.text, action=call.text if valid else "", valid=valid,
-                reason="" if valid else "reported invalid", reward=reward,
-                done=k == last, anchor_key=anchor_key(call.messages[-1]["content"]),
-                truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
-            ))
-        if failure:
-            log.warning("env=program: group %d episode %d failed: %s", task.group_id, episode_id, failure)
-            episode.env_error = True
-        else:
-            episode.won, episode.score = session.won, 1.0 if session.won else 0.0
-        return episode
 
-    def close(self) -> None:
-        """Nothing stays up between rollouts (each starts and stops its gateway)."""
-
-
-__all__ = ["ProgramLoop"]
+__all__ = ["GatewayLoop", "ProgramLoop"]

@@ -25,12 +25,22 @@ _ENVS: dict[str, str] = {
 
 #: env.name of the episodes a user's agent program plays through the recording gateway (arl.agent.programs)
 PROGRAM_ENV = "program"
+#: env.name of the episodes of a verifiers environment, played through the gateway (arl.agent.verifiers_loop)
+VERIFIERS_ENV = "verifiers"
+#: env name -> "module:Class" of the loop whose episodes something else plays through the recording gateway
+#: (rather than the agent loop against a TextEnv)
+_GATEWAY_LOOPS: dict[str, str] = {
+    PROGRAM_ENV: "arl.agent.programs:ProgramLoop",
+    VERIFIERS_ENV: "arl.agent.verifiers_loop:VerifiersLoop",
+}
+GATEWAY_ENVS = tuple(_GATEWAY_LOOPS)
 
 # name -> (the packages an env needs, the extra that brings them): checked at start-up (arl.run.checks)
 _PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "gym": (("gymnasium",), "ecosystem"),
     "textarena": (("textarena",), "ecosystem"),
     PROGRAM_ENV: (("uvicorn", "starlette"), "ecosystem"),  # the recording gateway's HTTP server
+    VERIFIERS_ENV: (("verifiers", "uvicorn", "starlette"), "ecosystem"),  # verifiers.v1, through the gateway
 }
 
 
@@ -41,6 +51,13 @@ def missing_package(name: str) -> str | None:
         if importlib.util.find_spec(package) is None:
             return f"env={name} needs the {package!r} package: pip install -e '.[{extra}]' (make install brings it)"
     return None
+
+
+def gateway_loop_class(name: str) -> type:
+    """The loop class of gateway env ``name`` (``program``, ``verifiers``), imported now: its optional packages
+    are checked at start-up (:func:`missing_package`)."""
+    module_name, attr = _GATEWAY_LOOPS[name].split(":", 1)
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def env_names() -> list[str]:

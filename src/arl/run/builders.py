@@ -24,7 +24,7 @@ from arl.callbacks import ThreadRebalance, WeightPush, WeightSync
 from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
 from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
 from arl.distributed.placement import resolve_placement, trainer_processes
-from arl.envs.registry import PROGRAM_ENV
+from arl.envs.registry import GATEWAY_ENVS, gateway_loop_class
 from arl.models.config import ModelSettings, model_settings
 from arl.models.loading import load_from_config
 from arl.models.lora import is_peft_model
@@ -106,11 +106,10 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
 
 def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
     """The agent loop of the ``env`` and ``rollout`` sections around ``engine`` (``env=program``: the
-    user's agent program plays the episodes through the recording gateway)."""
-    if env.name == PROGRAM_ENV:
-        from arl.agent.programs import ProgramLoop  # optional: the ecosystem extra's HTTP server (env=program only)
-
-        return ProgramLoop(engine, tokenizer, **env.kwargs)
+    user's agent program plays the episodes through the recording gateway; ``env=verifiers``: a verifiers
+    environment does)."""
+    if env.name in GATEWAY_ENVS:  # the ecosystem extra's packages, imported only here
+        return gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
     return AgentLoop(
         engine,
         tokenizer,

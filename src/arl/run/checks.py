@@ -26,7 +26,7 @@ from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
 from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
-from arl.envs.registry import PROGRAM_ENV, env_names, missing_package
+from arl.envs.registry import GATEWAY_ENVS, env_names, missing_package
 from arl.models.config import ModelSettings, validate_model_config
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.run.loggers import tracker_problem
@@ -75,17 +75,18 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 def _validate_env_and_model(run: RunSettings) -> None:
     if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
-        _choice("env.name", run.env.name, [*env_names(), PROGRAM_ENV])
+        _choice("env.name", run.env.name, [*env_names(), *GATEWAY_ENVS])
         missing = missing_package(run.env.name)
         if missing:
             raise ConfigError(missing)
-    if run.env.name == PROGRAM_ENV:
+    if run.env.name in GATEWAY_ENVS:
         _validate_program(run)
     validate_model_config(run.model)
 
 
 def _validate_program(run: RunSettings) -> None:
-    """``env=program``: a user's agent program plays the episodes (:mod:`arl.agent.programs`)."""
+    """``env=program`` and ``env=verifiers``: a user's agent program or a verifiers environment plays the
+    episodes through the recording gateway (:mod:`arl.agent.programs`, :mod:`arl.agent.verifiers_loop`)."""
     why = []
     if run.bc.enabled:
         why.append("bc.enabled=true (a program has no expert to clone: bc.enabled=false)")
@@ -94,7 +95,7 @@ def _validate_program(run: RunSettings) -> None:
     if run.rl.max_staleness is not None:
         why.append("rl.max_staleness (asynchronous rollouts play through the agent loop only)")
     if why:
-        raise ConfigError("env=program is not possible with " + "; ".join(why))
+        raise ConfigError(f"env={run.env.name} is not possible with " + "; ".join(why))
 
 
 def _validate_rollout(r: RolloutSettings) -> None:
