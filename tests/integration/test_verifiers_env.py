@@ -77,7 +77,7 @@ def turns_loop(tiny, tmp_path, monkeypatch):
                          won_reward="replies")
 
 
-def test_a_multi_turn_env_plays_through_the_gateway_and_its_rubric_is_the_reward(tiny, turns_loop):
+def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_raising_one_fails(tiny, turns_loop):
     from arl.agent.loop import Task
     from arl.agent.records import episode_record
     from arl.agent.samples import collate, turn_samples
@@ -86,9 +86,13 @@ def test_a_multi_turn_env_plays_through_the_gateway_and_its_rubric_is_the_reward
     from arl.rollout.engine import SamplingParams
 
     model, tok = tiny
-    episodes = turns_loop.run([Task(0, 2), Task(1, VAL_SEED_BASE + 1)], 2, SamplingParams(**PARAMS))
-    assert [(e.group_id, e.episode_id) for e in episodes] == [(0, 0), (0, 1), (1, 2), (1, 3)]
-    for e, index in zip(episodes, (2, 2, 5, 5)):  # training seed 2: task 2; validation seed 1: task 4 + 1
+    tasks = [Task(0, 2), Task(1, 1), Task(2, VAL_SEED_BASE + 1)]  # seed 1 plays task 1, whose run() raises
+    episodes = turns_loop.run(tasks, 2, SamplingParams(**PARAMS))
+    assert [(e.group_id, e.episode_id) for e in episodes] == [(g, 2 * g + m) for g in range(3) for m in range(2)]
+    assert [e.env_error for e in episodes] == [False, False, True, True, False, False]  # the rollout went on
+    assert not any(e.won for e in episodes[2:4])
+    played = episodes[:2] + episodes[4:]
+    for e, index in zip(played, (2, 2, 5, 5)):  # training seed 2: task 2; validation seed 1: task 4 + 1
         assert not e.env_error and e.num_turns == 3 and e.task_type == "arl_test_vf_turns" and e.won
         assert f"Task {index}: say anything." in tok.decode(e.turns[0].prompt_ids)
         for k, turn in enumerate(e.turns[1:], start=1):  # the env's reply to the last answer reached the model
@@ -96,22 +100,12 @@ def test_a_multi_turn_env_plays_through_the_gateway_and_its_rubric_is_the_reward
             assert tok.decode(e.turns[k - 1].response_ids, skip_special_tokens=True) in tok.decode(turn.prompt_ids)
         # the rubric: the env counted 3 replies, weight 1; the reward sits on the last call
         assert [t.reward for t in e.turns] == [0.0, 0.0, pytest.approx(0.3)] and e.ret == pytest.approx(0.3)
-    samples = turn_samples(episodes)
-    batch = collate(samples, tok.pad_token_id)
+    batch = collate(turn_samples(played), tok.pad_token_id)
     with torch.no_grad():
         logp, _ = forward_log_probs(model, batch)
     assert float(((logp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max()) < 1e-4
-    record = episode_record(episodes[0])
+    record = episode_record(played[0])
     assert len(record["turn_log"]) == 3 and all("response" in t and "anchor" in t for t in record["turn_log"])
-
-
-def test_an_env_that_raises_costs_its_episodes_and_the_rollout_goes_on(turns_loop):
-    from arl.agent.loop import Task
-    from arl.rollout.engine import SamplingParams
-
-    episodes = turns_loop.run([Task(0, 0), Task(1, 1)], 2, SamplingParams(**PARAMS))  # task 1 raises
-    assert [e.env_error for e in episodes] == [False, False, True, True]
-    assert all(e.num_turns == 3 for e in episodes[:2]) and not any(e.won for e in episodes[2:])
 
 
 def test_train_runs_rl_on_the_example_verifiers_env_and_the_viewer_reads_it(tmp_path):
