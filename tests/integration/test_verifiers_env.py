@@ -24,8 +24,9 @@ from arl_testing import ROOT
 pytest.importorskip("verifiers.v1", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 pytest.importorskip("uvicorn", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 
-# A multi-turn environment: the env answers every reply with the turn's number and counts the replies; the task
-# of index 1 raises inside run() (a broken environment). Its rubric: replies / 10, weight 1.
+# A multi-turn environment: a narrator (not trainable, on the run's model too) speaks first, then the env answers
+# every reply of the player with the turn's number and counts the replies; the task of index 1 raises inside
+# run() (a broken environment). Its rubric: replies / 10, weight 1 (and the narrator's own reward, 5, untrained).
 TURNS_ENV = textwrap.dedent('''
     import itertools
     import verifiers.v1 as vf
@@ -40,12 +41,20 @@ TURNS_ENV = textwrap.dedent('''
         pass
 
     class TurnsEnvConfig(vf.EnvConfig):
+        narrator: vf.AgentConfig = vf.AgentConfig(max_turns=1)
         player: vf.AgentConfig = vf.AgentConfig(max_turns=3)
 
     class TurnsEnv(vf.Env[TurnsEnvConfig]):
+        async def setup(self, agents):
+            agents.narrator.trainable = False
+
         async def run(self, task, agents):
             if task.data.info["broken"]:
                 raise RuntimeError("the environment fell over")
+            opening = vf.Task(vf.TaskData(idx=task.data.idx, prompt="Narrate an opening."))
+            async with agents.narrator.interaction(opening) as narration:
+                await narration.turn()
+            narration.trace.record_reward("narrated", 5.0, 1.0)
             replies = 0
             async with agents.player.interaction(task) as interaction:
                 segment = await interaction.turn()
@@ -94,11 +103,12 @@ def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_
     played = episodes[:2] + episodes[4:]
     for e, index in zip(played, (2, 2, 5, 5)):  # training seed 2: task 2; validation seed 1: task 4 + 1
         assert not e.env_error and e.num_turns == 3 and e.task_type == "arl_test_vf_turns" and e.won
-        assert f"Task {index}: say anything." in tok.decode(e.turns[0].prompt_ids)
+        assert f"Task {index}: say anything." in tok.decode(e.turns[0].prompt_ids)  # the player's, not the narrator's
+        assert not any("Narrate an opening." in tok.decode(t.prompt_ids) for t in e.turns)
         for k, turn in enumerate(e.turns[1:], start=1):  # the env's reply to the last answer reached the model
             assert f"Turn {k} of task {index} noted." in tok.decode(turn.prompt_ids)
             assert tok.decode(e.turns[k - 1].response_ids, skip_special_tokens=True) in tok.decode(turn.prompt_ids)
-        # the rubric: the env counted 3 replies, weight 1; the reward sits on the last call
+        # the rubric: the env counted 3 replies, weight 1 (the narrator's 5 is not the player's); on the last call
         assert [t.reward for t in e.turns] == [0.0, 0.0, pytest.approx(0.3)] and e.ret == pytest.approx(0.3)
     batch = collate(turn_samples(played), tok.pad_token_id)
     with torch.no_grad():

@@ -54,6 +54,7 @@ class Call:
     log_probs: list[float]
     text: str
     finish_reason: str
+    origin: str = ""  # the request's X-Session-ID header: the caller's name for the conversation ("" when none)
 
 
 @dataclass
@@ -176,7 +177,7 @@ class RecordingGateway:
                 self.generated_tokens += len(gen.token_ids)
                 future.set_result(gen)
 
-    async def _complete(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
+    async def _complete(self, sid: str, body: Any, origin: str = "") -> tuple[int, dict[str, Any]]:
         with self._lock:
             session = self.sessions.get(sid)
         if session is None:
@@ -192,7 +193,7 @@ class RecordingGateway:
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                  gen.finish_reason))
+                                  gen.finish_reason, origin))
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
@@ -228,7 +229,8 @@ class RecordingGateway:
 
         async def completions(request: Request) -> Response:
             body = await body_of(request)
-            status, payload = await self._complete(request.path_params["sid"], body)
+            status, payload = await self._complete(request.path_params["sid"], body,
+                                                   request.headers.get("x-session-id", ""))
             if status == 200 and isinstance(body, dict) and body.get("stream"):
                 usage = isinstance(body.get("stream_options"), dict) and body["stream_options"].get("include_usage")
                 return StreamingResponse(_as_events(payload, bool(usage)), media_type="text/event-stream")

@@ -19,8 +19,10 @@ code, its chat rendering and its rubric decide everything about the episode, and
   so the members of a group and the runs of a validation episode play one task.
 - **Failures**: an episode verifiers marks not ``ok`` (an error in the env's hooks, a harness that failed, a
   timeout: ``timeout_s``), one that made no call, is a failed episode (``env_error``), never a stalled rollout.
-- **Turns**: each call is a turn sample (the anchor hashes its last message, the env's reply); all agents
-  of the episode that use the run's model play with the policy and their calls are its turns.
+- **Turns**: each call of a trainable agent is a turn sample (the anchor hashes its last message, the env's
+  reply). Every agent of the episode that uses the run's model plays with the policy, but the calls of one
+  the environment marks not trainable (``agents.user.trainable = False``: a simulated user, a judge) are
+  left out, as are its rewards: the gateway knows each call's agent by the trace id verifiers sends with it.
 
 The harness program is a PEP 723 script that verifiers prepares with ``uv`` (its environment built once,
 from the package index, and cached); ``uv`` comes with the ``ecosystem`` extra, and the loop puts this
@@ -154,8 +156,10 @@ class VerifiersLoop(GatewayLoop):
         session = gateway.close_session(sid)
         errors = [*played.errors, *(e for trace in played.traces for e in trace.errors)]
         failure = "" if played.ok else "; ".join(f"{e.type}: {e.message}" for e in errors) or "not ok"
-        session.reward = float(sum(trace.reward for trace in played.traces))
-        named = [trace.rewards[self.won_reward] for trace in played.traces if self.won_reward in trace.rewards]
+        trained = [trace for trace in played.traces if trace.agent.trainable]
+        session.calls = [call for call in session.calls if call.origin in {trace.id for trace in trained}]
+        session.reward = float(sum(trace.reward for trace in trained))
+        named = [trace.rewards[self.won_reward] for trace in trained if self.won_reward in trace.rewards]
         session.won = any(r is not None and r.score > 0 for r in named) if self.won_reward else session.reward > 0
         return self._episode(session, task, episode_id, failure)
 
