@@ -105,6 +105,11 @@ def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
         answer = client.chat.completions.create(model="arl-policy", messages=[{"role": "user", "content": "Hello"}])
         text = answer.choices[0].message.content
         assert isinstance(text, str) and answer.usage.completion_tokens >= 1
+        streamed = list(client.chat.completions.create(model="arl-policy", stream=True,
+                                                       stream_options={"include_usage": True},
+                                                       messages=[{"role": "user", "content": "Hello"}]))
+        assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == text  # greedy: the same
+        assert streamed[-1].usage.completion_tokens == answer.usage.completion_tokens
         bad = httpx.post(f"{gateway.base_url(sid)}/chat/completions", json={"messages": [{"role": "robot"}]})
         assert bad.status_code == 400 and "role" in bad.json()["error"]["message"]
         unknown = httpx.post(f"{gateway.base_url('nosuch')}/chat/completions", json={"messages": []})
@@ -112,7 +117,54 @@ def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
         report = httpx.post(f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward", json={"reward": 1.5})
         assert report.status_code == 200
         session = gateway.close_session(sid)
-    (call,) = session.calls
+    call, again = session.calls
+    assert again.text == call.text and again.response_ids == call.response_ids
     assert call.text == text and call.messages == [{"role": "user", "content": "Hello"}]
     assert tok.decode(call.response_ids, skip_special_tokens=True) == text and len(call.log_probs) == len(call.response_ids)
     assert session.reward == 1.5 and session.won and session.malformed.startswith("each message needs a role")
+
+
+# A program that keeps its conversation for three calls, then rewrites it (a fresh start) for a fourth.
+KEEPS_THEN_REWRITES = """
+import json, os, urllib.request
+from openai import OpenAI
+client = OpenAI()
+messages = [{"role": "user", "content": "Task: count. State: 0"}]
+for k in range(1, 4):
+    answer = client.chat.completions.create(model="arl-policy", messages=messages).choices[0].message.content
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"State: {k}"}]
+client.chat.completions.create(model="arl-policy", messages=[{"role": "user", "content": "Task: count. State: 3"}])
+report = json.dumps({"reward": 1.0}).encode()
+urllib.request.urlopen(urllib.request.Request(os.environ["ARL_REWARD_URL"], data=report, method="POST",
+                                              headers={"Content-Type": "application/json"}), timeout=30).read()
+"""
+
+
+def test_trajectory_samples_splice_a_kept_conversation_into_one_stream(tiny):
+    """rollout.sample_mode=trajectory: the calls that continue the conversation extend one token stream, the
+    answers as sampled (never tokenised again); the call that rewrote it starts a second stream; the trainer's
+    log-probs of both streams equal the engine's."""
+    from arl.agent.loop import Task
+    from arl.agent.samples import build_samples, collate_tokens
+    from arl.modules.forward import forward_log_probs
+    from arl.rollout.engine import SamplingParams
+
+    model, tok = tiny
+    loop = _program_loop(tiny, ["python", "-c", KEEPS_THEN_REWRITES])
+    loop.use_trajectory_samples()
+    assert loop.sample_mode == "trajectory"
+    (episode,) = loop.run([Task(0, 1)], 1, SamplingParams(temperature=1.0, max_new_tokens=8))
+    turns = episode.turns
+    assert not episode.env_error and [t.stream_start for t in turns] == [False, False, False, True]
+    for k in (1, 2):  # the stream so far, then the next user message: the earlier answers' sampled ids, verbatim
+        stream = turns[k - 1].prompt_ids + turns[k - 1].response_ids
+        assert turns[k].prompt_ids[:len(stream)] == stream and f"State: {k}" in tok.decode(turns[k].prompt_ids[len(stream):])
+    samples, table = build_samples([episode], "trajectory")
+    assert len(samples) == 2 and len(table) == 4
+    assert samples[0].input_ids == turns[2].prompt_ids + turns[2].response_ids
+    assert samples[1].input_ids == turns[3].prompt_ids + turns[3].response_ids
+    batch = collate_tokens(samples, tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = forward_log_probs(model, batch)
+    assert float(((logp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max()) < 1e-4
+    assert int(batch["response_mask"].sum()) == sum(len(t.response_ids) for t in turns)

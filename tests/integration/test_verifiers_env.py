@@ -3,7 +3,8 @@ verifiers 0.4 multi-turn environments (a ``verifiers.v1`` Env and Taskset this t
 played by the tiny model with verifiers' own chat harness in a subprocess, a real uvicorn gateway.
 
 - the environment's replies reach the model, its rubric is the episode's reward, a group's members play one task,
-  and the trainer's log-probs of the recorded calls equal the engine's;
+  an episode is one token stream (trajectory samples: the harness keeps its conversation, the gateway splices
+  it), and the trainer's log-probs of the recorded calls equal the engine's;
 - an environment that raises costs its episodes (failed, ``env_error``) and the rollout goes on;
 - ``src/train.py env=verifiers`` runs BC-free RL iterations on the example, and the viewer reads the run.
 """
@@ -89,12 +90,13 @@ def turns_loop(tiny, tmp_path, monkeypatch):
 def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_raising_one_fails(tiny, turns_loop):
     from arl.agent.loop import Task
     from arl.agent.records import episode_record
-    from arl.agent.samples import collate, turn_samples
+    from arl.agent.samples import build_samples, collate_tokens
     from arl.envs.base import VAL_SEED_BASE
     from arl.modules.forward import forward_log_probs
     from arl.rollout.engine import SamplingParams
 
     model, tok = tiny
+    turns_loop.use_trajectory_samples()  # the harness keeps its conversation: one token stream an episode
     tasks = [Task(0, 2), Task(1, 1), Task(2, VAL_SEED_BASE + 1)]  # seed 1 plays task 1, whose run() raises
     episodes = turns_loop.run(tasks, 2, SamplingParams(**PARAMS))
     assert [(e.group_id, e.episode_id) for e in episodes] == [(g, 2 * g + m) for g in range(3) for m in range(2)]
@@ -110,7 +112,13 @@ def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_
             assert tok.decode(e.turns[k - 1].response_ids, skip_special_tokens=True) in tok.decode(turn.prompt_ids)
         # the rubric: the env counted 3 replies, weight 1 (the narrator's 5 is not the player's); on the last call
         assert [t.reward for t in e.turns] == [0.0, 0.0, pytest.approx(0.3)] and e.ret == pytest.approx(0.3)
-    batch = collate(turn_samples(played), tok.pad_token_id)
+        assert not any(t.stream_start for t in e.turns)
+        for k in (1, 2):  # the earlier answers' sampled ids, verbatim, then the env's reply
+            assert e.turns[k].prompt_ids[:len(e.turns[k - 1].prompt_ids) + len(e.turns[k - 1].response_ids)] == (
+                e.turns[k - 1].prompt_ids + e.turns[k - 1].response_ids)
+    samples, table = build_samples(played, "trajectory")
+    assert len(samples) == 4 and len(table) == 12
+    batch = collate_tokens(samples, tok.pad_token_id)
     with torch.no_grad():
         logp, _ = forward_log_probs(model, batch)
     assert float(((logp - batch["rollout_log_probs"]).abs() * batch["response_mask"]).max()) < 1e-4

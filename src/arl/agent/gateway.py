@@ -7,7 +7,8 @@ gateway renders the messages with the policy tokenizer's chat template (the same
 sampling parameters (the request's own ``temperature``, ``top_p`` and ``max_tokens`` are not used: the
 trainer decides how its policy samples), and records every call exactly: the rendered prompt's token
 ids, the sampled token ids and their log-probs, the text it answered. Nothing is tokenised again
-afterwards, so the trainer scores exactly what was sampled. The program reports how its episode went
+afterwards, so the trainer scores exactly what was sampled. For ``trajectory`` samples the gateway splices a
+call that continues the last one onto its token stream (:meth:`RecordingGateway.prompt_ids`). The program reports how its episode went
 at ``POST /sessions/<id>/reward``: ``{"reward": r}`` (the episode's return), and optionally ``"won"``,
 ``"task_type"``, ``"invalid_calls"`` (the calls whose answers it could not use) and ``"rewards"`` (one
 per call, the environment's reward after each).
@@ -38,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from arl.agent.prompts import encode_prompt
+from arl.agent.prompts import TrajectoryTemplate, encode_prompt
 from arl.rollout.engine import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,7 @@ class Call:
     text: str
     finish_reason: str
     origin: str = ""  # the request's X-Session-ID header: the caller's name for the conversation ("" when none)
+    spliced: bool = False  # the prompt is the last call's prompt and sampled ids, then the new message (trajectory)
 
 
 @dataclass
@@ -111,12 +113,16 @@ class RecordingGateway:
         params: how to sample (the rollout's).
         host: where to listen (localhost).
         max_batch_size: requests per engine call at most.
+        trajectory: splice calls into one token stream (``trajectory`` samples, :meth:`prompt_ids`); None renders
+            every call afresh.
     """
 
-    def __init__(self, engine, tokenizer, params: SamplingParams, host: str = "127.0.0.1", max_batch_size: int = 64):
+    def __init__(self, engine, tokenizer, params: SamplingParams, host: str = "127.0.0.1", max_batch_size: int = 64,
+                 trajectory: TrajectoryTemplate | None = None):
         self.engine = engine
         self.tokenizer = tokenizer
         self.params = params
+        self.trajectory = trajectory
         self.host = host
         self.max_batch_size = int(max_batch_size)
         self.sessions: dict[str, Session] = {}
@@ -187,13 +193,13 @@ class RecordingGateway:
         except ValueError as err:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
-        prompt_ids = encode_prompt(self.tokenizer, messages)
+        prompt_ids, spliced = self.prompt_ids(session, messages)
         future: Future = Future()
         self._requests.put((prompt_ids, future))
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                  gen.finish_reason, origin))
+                                  gen.finish_reason, origin, spliced))
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
@@ -202,6 +208,25 @@ class RecordingGateway:
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(gen.token_ids),
                       "total_tokens": len(prompt_ids) + len(gen.token_ids)},
         }
+
+    def prompt_ids(self, session: Session, messages: list[dict[str, str]]) -> tuple[list[int], bool]:
+        """The prompt ids of a call with ``messages``, and whether they were spliced onto the session's last call.
+
+        With ``trajectory`` set, a call whose messages are the last call's, its answer (as the gateway sent it)
+        and one new user message continues the last call's token stream: its prompt ids are the last prompt's,
+        the ids sampled for the answer, then the template's continuation (the assistant turn closed, the user
+        message, the assistant turn opened), so the answer is never tokenised again and the episode's calls
+        form one stream. Any other call (the first, or a program that rewrote its history) is rendered afresh
+        and starts a new stream."""
+        if self.trajectory is not None and session.calls:
+            last = session.calls[-1]
+            answer = {"role": "assistant", "content": last.text}
+            n = len(last.messages)
+            if (len(messages) == n + 2 and messages[:n] == last.messages and messages[n] == answer
+                    and messages[n + 1]["role"] == "user"):
+                continuation = self.trajectory.continuation_ids(messages[n + 1]["content"], last.response_ids)
+                return last.prompt_ids + last.response_ids + continuation, True
+        return list(encode_prompt(self.tokenizer, messages)), False
 
     def _report(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
         with self._lock:

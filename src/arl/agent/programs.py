@@ -15,7 +15,10 @@ invalid turn (the format penalty); the anchor hashes the call's last message (th
 showed). A program that runs past ``timeout_s``, exits with an error, sends a malformed request,
 makes no call, or reports no reward is a *failed episode*: ``env_error`` (counted in
 ``rollout/env_errors``, left out of the update, as a crashed environment worker's episode), never a
-stalled rollout. Turn samples only: a program's messages are rendered afresh at every call.
+stalled rollout. Turn samples, or trajectory samples (``rollout.sample_mode=trajectory``): a call whose
+messages continue the last call's (its messages, the answer as sent, one new user message) is spliced onto
+the last call's token stream, so a program that keeps its conversation gives one stream per episode; a call
+that rewrote the history starts a new stream (``Turn.stream_start``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from arl.agent.gateway import RecordingGateway, Session
 from arl.agent.loop import RolloutStats, Task
+from arl.agent.prompts import TemplateError, TrajectoryTemplate
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.base import EnvSpec
 from arl.envs.registry import PROGRAM_ENV
@@ -76,8 +80,21 @@ class GatewayLoop(ABC):
         self.spec = EnvSpec(name=env_name, max_turns=0, invalid_action="", render_prompt=_no_prompt,
                             check_admissible=False)
         self.sample_mode = "turn"
+        self.template: TrajectoryTemplate | None = None
         self.pool = _Pool()
         self.last_stats = RolloutStats()
+
+    def use_trajectory_samples(self) -> None:
+        """``rollout.sample_mode=trajectory``: the gateway splices each call that continues the last one onto its
+        token stream (:meth:`RecordingGateway.prompt_ids`), so an episode is one sample per stream. A chat
+        template that re-renders earlier turns cannot be spliced: turn samples then, with a warning."""
+        template = TrajectoryTemplate(self.tokenizer)
+        try:
+            template.check()
+        except TemplateError as err:
+            log.warning("sample_mode=trajectory is not possible with this chat template (%s); using turn mode", err)
+            return
+        self.template, self.sample_mode = template, "trajectory"
 
     def run(self, tasks: Sequence[Task], group_size: int, params: SamplingParams, first_episode_id: int = 0,
             teacher: str | None = None) -> list[Episode]:
@@ -88,7 +105,8 @@ class GatewayLoop(ABC):
         slots = [(task, member, first_episode_id + i * group_size + member)
                  for i, task in enumerate(tasks) for member in range(group_size)]
         batch = getattr(self.engine, "max_batch_size", 64)
-        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch) as gateway:
+        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch,
+                              trajectory=self.template) as gateway:
             episodes = self._play_all(gateway, slots)
             stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
                                  generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
@@ -120,6 +138,7 @@ class GatewayLoop(ABC):
                 reason="" if valid else "reported invalid", reward=reward,
                 done=k == last, anchor_key=anchor_key(call.messages[-1]["content"]),
                 truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
+                stream_start=k > 0 and not call.spliced,
             ))
         if failure:
             log.warning("env=%s: group %d episode %d failed: %s", self.spec.name, task.group_id, episode_id, failure)

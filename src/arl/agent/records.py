@@ -34,6 +34,8 @@ class Turn:
     expert_text: str | None = None  # the expert's answer to this turn's state (DAgger rollouts only)
     observation: str = ""  # the environment's text this turn answered (for reading episodes; not trained on)
     policy_version: int | None = None  # the policy version that sampled every token of it (asynchronous rollouts)
+    stream_start: bool = False  # trajectory samples: a later turn that starts a new token stream (a gateway call
+    #                             whose messages did not continue the last call's)
 
 
 @dataclass

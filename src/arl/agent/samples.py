@@ -8,7 +8,9 @@ Two tables come out of a batch of episodes:
 - the **token samples** (:class:`TokenSample`) the policy is trained on. In ``turn`` mode each
   turn is one sample: its prompt (which carries the history window as text) then the response as
   sampled. In ``trajectory`` mode each episode is one sample: the whole token stream, with
-  ``response_mask`` 1 on the sampled tokens of every turn and 0 on prompts and observations.
+  ``response_mask`` 1 on the sampled tokens of every turn and 0 on prompts and observations (an episode played
+  through the recording gateway whose program rewrote its history mid-episode is one sample per stream: a
+  turn marked ``stream_start`` begins the next).
 
 ``turn_row`` (B, L) links the two: the turn-table row of each response token (-1 elsewhere), so a
 turn's advantage lands on exactly its own tokens in both modes. Tensors are right-padded;
@@ -42,6 +44,7 @@ class TurnSample:
     anchor_key: int
     episode_return: float
     policy_version: int = -1  # the policy version that sampled the turn (-1: the trainer's own, synchronous)
+    stream_start: bool = False  # trajectory mode: the turn starts a new token stream of its episode
 
 
 def turn_samples(episodes: Sequence[Episode]) -> list[TurnSample]:
@@ -56,6 +59,7 @@ def turn_samples(episodes: Sequence[Episode]) -> list[TurnSample]:
                 TurnSample(
                     t.prompt_ids, t.response_ids, t.rollout_log_probs, ep.group_id, ep.episode_id, k,
                     t.valid, t.reward, t.anchor_key, ret, -1 if t.policy_version is None else int(t.policy_version),
+                    t.stream_start,
                 )
             )
     return out
@@ -117,9 +121,9 @@ def build_samples(episodes: Sequence[Episode], mode: str = "turn") -> tuple[list
     if mode != "trajectory":
         raise ValueError(f"sample mode {mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
     samples, start = [], 0
-    while start < len(turns):
-        end = start
-        while end < len(turns) and turns[end].episode_id == turns[start].episode_id:
+    while start < len(turns):  # an episode's turns, up to one that starts a new stream (a gateway episode's)
+        end = start + 1
+        while end < len(turns) and turns[end].episode_id == turns[start].episode_id and not turns[end].stream_start:
             end += 1
         samples.append(trajectory_token_sample(turns[start:end], start))
         start = end

@@ -109,7 +109,10 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
     user's agent program plays the episodes through the recording gateway; ``env=verifiers``: a verifiers
     environment does)."""
     if env.name in GATEWAY_ENVS:  # the ecosystem extra's packages, imported only here
-        return gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
+        loop = gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
+        if r.sample_mode == "trajectory":
+            loop.use_trajectory_samples()
+        return loop
     return AgentLoop(
         engine,
         tokenizer,

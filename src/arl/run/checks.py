@@ -90,8 +90,6 @@ def _validate_program(run: RunSettings) -> None:
     why = []
     if run.bc.enabled:
         why.append("bc.enabled=true (a program has no expert to clone: bc.enabled=false)")
-    if run.rollout.sample_mode != "turn":
-        why.append("rollout.sample_mode=trajectory (a program's calls are turn samples)")
     if run.rl.max_staleness is not None:
         why.append("rl.max_staleness (asynchronous rollouts play through the agent loop only)")
     if why:
