@@ -25,8 +25,8 @@ from arl_testing import ROOT
 pytest.importorskip("verifiers.v1", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 pytest.importorskip("uvicorn", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 
-# A multi-turn environment: a narrator (not trainable, on the run's model too) speaks first, then the env answers
-# every reply of the player with the turn's number and counts the replies; the task of index 1 raises inside
+# A multi-turn environment: a narrator (not trainable, on the run's model too) speaks first and after every reply of
+# the player, and the env answers every reply of the player with the turn's number and counts the replies; the task of index 1 raises inside
 # run() (a broken environment). Its rubric: replies / 10, weight 1 (and the narrator's own reward, 5, untrained).
 TURNS_ENV = textwrap.dedent('''
     import itertools
@@ -42,7 +42,7 @@ TURNS_ENV = textwrap.dedent('''
         pass
 
     class TurnsEnvConfig(vf.EnvConfig):
-        narrator: vf.AgentConfig = vf.AgentConfig(max_turns=1)
+        narrator: vf.AgentConfig = vf.AgentConfig(max_turns=8)
         player: vf.AgentConfig = vf.AgentConfig(max_turns=3)
 
     class TurnsEnv(vf.Env[TurnsEnvConfig]):
@@ -53,15 +53,16 @@ TURNS_ENV = textwrap.dedent('''
             if task.data.info["broken"]:
                 raise RuntimeError("the environment fell over")
             opening = vf.Task(vf.TaskData(idx=task.data.idx, prompt="Narrate an opening."))
-            async with agents.narrator.interaction(opening) as narration:
-                await narration.turn()
-            narration.trace.record_reward("narrated", 5.0, 1.0)
             replies = 0
-            async with agents.player.interaction(task) as interaction:
+            async with (agents.narrator.interaction(opening) as narration,
+                        agents.player.interaction(task) as interaction):
+                await narration.turn()
                 segment = await interaction.turn()
                 while not segment.terminated:
                     replies += 1
+                    await narration.turn(f"The player spoke ({replies}).")  # between the player's calls
                     segment = await interaction.turn(f"Turn {replies} of task {task.data.info['index']} noted.")
+            narration.trace.record_reward("narrated", 5.0, 1.0)
             interaction.trace.record_reward("replies", replies / 10, 1.0)
 
     class TurnsTaskset(vf.Taskset[TurnsTask, TurnsConfig]):
@@ -107,12 +108,13 @@ def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_
         assert not e.env_error and e.num_turns == 3 and e.task_type == "arl_test_vf_turns" and e.won
         assert f"Task {index}: say anything." in tok.decode(e.turns[0].prompt_ids)  # the player's, not the narrator's
         assert not any("Narrate an opening." in tok.decode(t.prompt_ids) for t in e.turns)
+        assert not any("The player spoke" in tok.decode(t.prompt_ids) for t in e.turns)
         for k, turn in enumerate(e.turns[1:], start=1):  # the env's reply to the last answer reached the model
             assert f"Turn {k} of task {index} noted." in tok.decode(turn.prompt_ids)
             assert tok.decode(e.turns[k - 1].response_ids, skip_special_tokens=True) in tok.decode(turn.prompt_ids)
         # the rubric: the env counted 3 replies, weight 1 (the narrator's 5 is not the player's); on the last call
         assert [t.reward for t in e.turns] == [0.0, 0.0, pytest.approx(0.3)] and e.ret == pytest.approx(0.3)
-        assert not any(t.stream_start for t in e.turns)
+        assert not any(t.stream_start for t in e.turns)  # the narrator's calls between did not break the stream
         for k in (1, 2):  # the earlier answers' sampled ids, verbatim, then the env's reply
             assert e.turns[k].prompt_ids[:len(e.turns[k - 1].prompt_ids) + len(e.turns[k - 1].response_ids)] == (
                 e.turns[k - 1].prompt_ids + e.turns[k - 1].response_ids)

@@ -8,7 +8,7 @@ sampling parameters (the request's own ``temperature``, ``top_p`` and ``max_toke
 trainer decides how its policy samples), and records every call exactly: the rendered prompt's token
 ids, the sampled token ids and their log-probs, the text it answered. Nothing is tokenised again
 afterwards, so the trainer scores exactly what was sampled. For ``trajectory`` samples the gateway splices a
-call that continues the last one onto its token stream (:meth:`RecordingGateway.prompt_ids`). The program reports how its episode went
+call that continues an earlier one onto its token stream (:meth:`RecordingGateway.render`). The program reports how its episode went
 at ``POST /sessions/<id>/reward``: ``{"reward": r}`` (the episode's return), and optionally ``"won"``,
 ``"task_type"``, ``"invalid_calls"`` (the calls whose answers it could not use) and ``"rewards"`` (one
 per call, the environment's reward after each).
@@ -44,6 +44,9 @@ from arl.rollout.engine import SamplingParams
 
 log = logging.getLogger(__name__)
 
+#: where the gateway listens: this machine only (the programs it serves run beside the rollout)
+HOST = "127.0.0.1"
+
 
 @dataclass
 class Call:
@@ -56,7 +59,8 @@ class Call:
     text: str
     finish_reason: str
     origin: str = ""  # the request's X-Session-ID header: the caller's name for the conversation ("" when none)
-    spliced: bool = False  # the prompt is the last call's prompt and sampled ids, then the new message (trajectory)
+    index: int = -1  # its place among the session's calls, in the order they ended
+    parent: int = -1  # trajectory: the index of the call whose stream it continues (-1: it starts a stream)
 
 
 @dataclass
@@ -70,6 +74,7 @@ class Session:
     invalid_calls: tuple[int, ...] = ()
     rewards: tuple[float, ...] | None = None  # one per call, when the program reports them
     malformed: str = ""  # why a request of this session was refused ("" when none was)
+    continued: set[int] = field(default_factory=set)  # trajectory: the calls a later call's stream continues
 
 
 def _check_messages(body: Any) -> list[dict[str, str]]:
@@ -111,19 +116,21 @@ class RecordingGateway:
         engine: the rollout engine (``generate``).
         tokenizer: the policy's tokenizer (its chat template renders the messages).
         params: how to sample (the rollout's).
-        host: where to listen (localhost).
         max_batch_size: requests per engine call at most.
-        trajectory: splice calls into one token stream (``trajectory`` samples, :meth:`prompt_ids`); None renders
+        trajectory: splice calls into one token stream (``trajectory`` samples, :meth:`render`); None renders
             every call afresh.
+        max_prompt_tokens: a call whose prompt is longer is refused (HTTP 400; its episode fails), so that
+            one over-long conversation cannot fail the engine call of every request batched with it.
     """
 
-    def __init__(self, engine, tokenizer, params: SamplingParams, host: str = "127.0.0.1", max_batch_size: int = 64,
-                 trajectory: TrajectoryTemplate | None = None):
+    def __init__(self, engine, tokenizer, params: SamplingParams, max_batch_size: int = 64,
+                 trajectory: TrajectoryTemplate | None = None, max_prompt_tokens: int | None = None):
         self.engine = engine
         self.tokenizer = tokenizer
         self.params = params
         self.trajectory = trajectory
-        self.host = host
+        self.max_prompt_tokens = max_prompt_tokens
+        self.host = HOST
         self.max_batch_size = int(max_batch_size)
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
@@ -193,13 +200,17 @@ class RecordingGateway:
         except ValueError as err:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
-        prompt_ids, spliced = self.prompt_ids(session, messages)
+        prompt_ids, parent = self.render(session, messages, origin)
+        if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
+            session.malformed = (f"a prompt of {len(prompt_ids)} tokens passes the rollout's max_prompt_tokens "
+                                 f"({self.max_prompt_tokens})")
+            return 400, {"error": {"message": session.malformed, "type": "context_length_exceeded"}}
         future: Future = Future()
         self._requests.put((prompt_ids, future))
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                  gen.finish_reason, origin, spliced))
+                                  gen.finish_reason, origin, len(session.calls), parent))
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
@@ -209,24 +220,28 @@ class RecordingGateway:
                       "total_tokens": len(prompt_ids) + len(gen.token_ids)},
         }
 
-    def prompt_ids(self, session: Session, messages: list[dict[str, str]]) -> tuple[list[int], bool]:
-        """The prompt ids of a call with ``messages``, and whether they were spliced onto the session's last call.
+    def render(self, session: Session, messages: list[dict[str, str]], origin: str = "") -> tuple[list[int], int]:
+        """The prompt ids of a call with ``messages`` from ``origin``, and the index of the call whose token
+        stream they continue (-1: none).
 
-        With ``trajectory`` set, a call whose messages are the last call's, its answer (as the gateway sent it)
-        and one new user message continues the last call's token stream: its prompt ids are the last prompt's,
-        the ids sampled for the answer, then the template's continuation (the assistant turn closed, the user
-        message, the assistant turn opened), so the answer is never tokenised again and the episode's calls
-        form one stream. Any other call (the first, or a program that rewrote its history) is rendered afresh
-        and starts a new stream."""
-        if self.trajectory is not None and session.calls:
-            last = session.calls[-1]
-            answer = {"role": "assistant", "content": last.text}
-            n = len(last.messages)
-            if (len(messages) == n + 2 and messages[:n] == last.messages and messages[n] == answer
-                    and messages[n + 1]["role"] == "user"):
-                continuation = self.trajectory.continuation_ids(messages[n + 1]["content"], last.response_ids)
-                return last.prompt_ids + last.response_ids + continuation, True
-        return list(encode_prompt(self.tokenizer, messages)), False
+        With ``trajectory`` set, a call whose messages are an earlier call's of the same origin, that call's
+        answer (as the gateway sent it) and one new user message continues that call's token stream: its
+        prompt ids are that call's prompt, the ids sampled for the answer, then the template's continuation
+        (the assistant turn closed, the user message, the assistant turn opened), so the answer is never
+        tokenised again. A stream is continued once (a second call extending the same one starts its own).
+        Any other call (the first, or one from a program that rewrote its history) is rendered afresh and
+        starts a new stream."""
+        if self.trajectory is not None:
+            for earlier in reversed(session.calls):
+                n = len(earlier.messages)
+                if (earlier.origin == origin and earlier.index not in session.continued and len(messages) == n + 2
+                        and messages[:n] == earlier.messages
+                        and messages[n] == {"role": "assistant", "content": earlier.text}
+                        and messages[n + 1]["role"] == "user"):
+                    session.continued.add(earlier.index)
+                    continuation = self.trajectory.continuation_ids(messages[n + 1]["content"], earlier.response_ids)
+                    return earlier.prompt_ids + earlier.response_ids + continuation, earlier.index
+        return list(encode_prompt(self.tokenizer, messages)), -1
 
     def _report(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
         with self._lock:

@@ -15,10 +15,11 @@ invalid turn (the format penalty); the anchor hashes the call's last message (th
 showed). A program that runs past ``timeout_s``, exits with an error, sends a malformed request,
 makes no call, or reports no reward is a *failed episode*: ``env_error`` (counted in
 ``rollout/env_errors``, left out of the update, as a crashed environment worker's episode), never a
-stalled rollout. Turn samples, or trajectory samples (``rollout.sample_mode=trajectory``): a call whose
-messages continue the last call's (its messages, the answer as sent, one new user message) is spliced onto
-the last call's token stream, so a program that keeps its conversation gives one stream per episode; a call
-that rewrote the history starts a new stream (``Turn.stream_start``).
+stalled rollout, as is one whose prompt passes ``rollout.max_prompt_tokens``. Turn samples, or trajectory
+samples (``rollout.sample_mode=trajectory``): a call whose messages continue an earlier call's of the same
+conversation (its messages, the answer as sent, one new user message) is spliced onto that call's token
+stream (:meth:`~arl.agent.gateway.RecordingGateway.render`), so a program that keeps its conversation gives
+one stream per episode; a call that rewrote the history begins a new stream (``Turn.stream_start``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from arl.agent.gateway import RecordingGateway, Session
+from arl.agent.gateway import Call, RecordingGateway, Session
 from arl.agent.loop import RolloutStats, Task
 from arl.agent.prompts import TemplateError, TrajectoryTemplate
 from arl.agent.records import Episode, Turn, anchor_key
@@ -54,6 +55,20 @@ class _Pool:
     """What the DataModule reads of an agent loop's environment pool."""
 
     restarts: int = 0
+
+
+def _streams(calls: Sequence[Call]) -> tuple[list[int], set[int]]:
+    """The positions of ``calls`` stream by stream (the streams in the order they began, each stream's calls
+    in the order they ended) and the positions that begin a stream. A call continues the stream of its
+    ``parent`` when that call is among ``calls``, else it begins one (a program that rewrote its history,
+    another agent's conversation, a parent left out)."""
+    position = {call.index: k for k, call in enumerate(calls)}
+    stream_of: dict[int, int] = {}
+    streams: dict[int, list[int]] = {}
+    for k, call in enumerate(calls):
+        stream_of[k] = stream_of[position[call.parent]] if call.parent in position else k
+        streams.setdefault(stream_of[k], []).append(k)
+    return [k for members in streams.values() for k in members], set(streams)
 
 
 class GatewayLoop(ABC):
@@ -81,6 +96,7 @@ class GatewayLoop(ABC):
                             check_admissible=False)
         self.sample_mode = "turn"
         self.template: TrajectoryTemplate | None = None
+        self.max_prompt_tokens: int | None = None  # a longer prompt fails its episode (rollout.max_prompt_tokens)
         self.pool = _Pool()
         self.last_stats = RolloutStats()
 
@@ -105,8 +121,8 @@ class GatewayLoop(ABC):
         slots = [(task, member, first_episode_id + i * group_size + member)
                  for i, task in enumerate(tasks) for member in range(group_size)]
         batch = getattr(self.engine, "max_batch_size", 64)
-        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch,
-                              trajectory=self.template) as gateway:
+        with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch, trajectory=self.template,
+                              max_prompt_tokens=self.max_prompt_tokens) as gateway:
             episodes = self._play_all(gateway, slots)
             stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
                                  generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
@@ -120,6 +136,8 @@ class GatewayLoop(ABC):
         """The episodes of ``slots`` ((task, member, episode id) each), in their order."""
 
     def _episode(self, session: Session, task: Task, episode_id: int, failure: str) -> Episode:
+        """The episode of a session's calls (a call a turn; trajectory samples: stream by stream, each call that
+        begins a later stream marked ``stream_start``); a failure makes it a failed episode."""
         failure = failure or (f"malformed request: {session.malformed}" if session.malformed else "")
         if not failure and not session.calls:
             failure = "no call to the model"
@@ -127,18 +145,19 @@ class GatewayLoop(ABC):
             failure = "no reward reported"
         episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name=self.spec.name,
                           task_type=session.task_type or self.task_type)
-        last = len(session.calls) - 1
-        per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(session.calls) else None
-        for k, call in enumerate(session.calls):
-            valid = k not in session.invalid_calls
+        calls, last = session.calls, len(session.calls) - 1
+        per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(calls) else None
+        order, starts = _streams(calls) if self.sample_mode == "trajectory" else (list(range(len(calls))), set())
+        for n, k in enumerate(order):
+            call, valid = calls[k], k not in session.invalid_calls
             reward = per_call[k] if per_call is not None else (float(session.reward or 0.0) if k == last else 0.0)
             episode.turns.append(Turn(
                 prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
                 response_text=call.text, action=call.text if valid else "", valid=valid,
                 reason="" if valid else "reported invalid", reward=reward,
-                done=k == last, anchor_key=anchor_key(call.messages[-1]["content"]),
+                done=n == len(order) - 1, anchor_key=anchor_key(call.messages[-1]["content"]),
                 truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
-                stream_start=k > 0 and not call.spliced,
+                stream_start=n > 0 and k in starts,
             ))
         if failure:
             log.warning("env=%s: group %d episode %d failed: %s", self.spec.name, task.group_id, episode_id, failure)

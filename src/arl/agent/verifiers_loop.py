@@ -18,7 +18,11 @@ code, its chat rendering and its rubric decide everything about the episode, and
   next ``num_val_tasks`` validate (seed ``VAL_SEED_BASE + i`` plays task ``num_tasks + i % num_val_tasks``),
   so the members of a group and the runs of a validation episode play one task.
 - **Failures**: an episode verifiers marks not ``ok`` (an error in the env's hooks, a harness that failed, a
-  timeout: ``timeout_s``), one that made no call, is a failed episode (``env_error``), never a stalled rollout.
+  deadline passed: ``timeout_s`` for the episode and again for its ``finalize``), one that made no call, is a
+  failed episode (``env_error``), never a stalled rollout (an episode still running past both deadlines and a
+  minute is cancelled).
+- **Chat only**: the gateway takes system, user and assistant messages with text contents; an environment whose
+  harness sends tool calls or tool messages gets HTTP 400 (a failed episode).
 - **Turns**: each call of a trainable agent is a turn sample (the anchor hashes its last message, the env's
   reply). Every agent of the episode that uses the run's model plays with the policy, but the calls of one
   the environment marks not trainable (``agents.user.trainable = False``: a simulated user, a judge) are
@@ -116,8 +120,13 @@ class VerifiersLoop(GatewayLoop):
             raise ValueError("env=verifiers needs env.kwargs.id: the taskset's module (or Hub package)")
         super().__init__(engine, tokenizer, VERIFIERS_ENV, settings.task_type or settings.id, settings.timeout_s,
                          settings.max_concurrency)
+        if settings.num_tasks < 1 or settings.num_val_tasks < 1:
+            raise ValueError(f"env=verifiers needs at least one task to train and one to validate; got "
+                             f"num_tasks={settings.num_tasks}, num_val_tasks={settings.num_val_tasks}")
+        # verifiers' deadlines for the episode and its finalize(), under any the env_args set
+        deadlines = {"episode": self.timeout_s, "finalize": self.timeout_s} | dict(settings.env_args.get("timeout") or {})
         config = env_config(settings.id, settings.env_id, settings.taskset_args,
-                            {"timeout": {"episode": self.timeout_s}, **settings.env_args})
+                            {**settings.env_args, "timeout": deadlines})
         self.env = load_environment(config)
         wanted = settings.num_tasks + settings.num_val_tasks
         tasks = list(islice(iter(self.env.taskset), wanted))
@@ -127,8 +136,8 @@ class VerifiersLoop(GatewayLoop):
         self.train_tasks, self.val_tasks = tasks[:settings.num_tasks], tasks[settings.num_tasks:]
         self.won_reward = settings.won_reward
         os.environ.setdefault(API_KEY_VARIABLE, "arl")
-        if shutil.which("uv") is None and (Path(sys.executable).parent / "uv").exists():
-            os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        if shutil.which("uv") is None and (Path(sys.executable).parent / "uv").exists():  # found last, shadows nothing
+            os.environ["PATH"] = f"{os.environ.get('PATH', '')}{os.pathsep}{Path(sys.executable).parent}"
 
     def task_of(self, seed: int):
         """The verifiers task that seed ``seed`` plays (module docstring)."""
@@ -151,13 +160,22 @@ class VerifiersLoop(GatewayLoop):
         sid = gateway.open_session()
         context = ModelContext(model="arl-policy",
                                client=EvalClientConfig(base_url=gateway.base_url(sid), api_key_var=API_KEY_VARIABLE))
+        guard = 2 * self.timeout_s + 60.0  # past verifiers' own deadlines (episode, then finalize)
         async with gate:
-            played = await self.env.run_episode(self.task_of(task.seed), context)
+            try:
+                played = await asyncio.wait_for(self.env.run_episode(self.task_of(task.seed), context), guard)
+            except TimeoutError:
+                played = None
         session = gateway.close_session(sid)
+        if played is None:
+            return self._episode(session, task, episode_id, f"no end after {guard:g} s (cancelled)")
         errors = [*played.errors, *(e for trace in played.traces for e in trace.errors)]
         failure = "" if played.ok else "; ".join(f"{e.type}: {e.message}" for e in errors) or "not ok"
         trained = [trace for trace in played.traces if trace.agent.trainable]
-        session.calls = [call for call in session.calls if call.origin in {trace.id for trace in trained}]
+        trained_ids = {trace.id for trace in trained}
+        if session.calls and not failure and not any(call.origin in trained_ids for call in session.calls):
+            failure = "no call came from a trainable agent (none carried its trace id in X-Session-ID)"
+        session.calls = [call for call in session.calls if call.origin in trained_ids]
         session.reward = float(sum(trace.reward for trace in trained))
         named = [trace.rewards[self.won_reward] for trace in trained if self.won_reward in trace.rewards]
         session.won = any(r is not None and r.score > 0 for r in named) if self.won_reward else session.reward > 0

@@ -110,6 +110,7 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
     environment does)."""
     if env.name in GATEWAY_ENVS:  # the ecosystem extra's packages, imported only here
         loop = gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
+        loop.max_prompt_tokens = r.max_prompt_tokens
         if r.sample_mode == "trajectory":
             loop.use_trajectory_samples()
         return loop

@@ -89,7 +89,7 @@ def _validate_program(run: RunSettings) -> None:
     episodes through the recording gateway (:mod:`arl.agent.programs`, :mod:`arl.agent.verifiers_loop`)."""
     why = []
     if run.bc.enabled:
-        why.append("bc.enabled=true (a program has no expert to clone: bc.enabled=false)")
+        why.append("bc.enabled=true (no expert plays these episodes to clone: bc.enabled=false)")
     if run.rl.max_staleness is not None:
         why.append("rl.max_staleness (asynchronous rollouts play through the agent loop only)")
     if why:
