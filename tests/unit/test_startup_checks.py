@@ -10,7 +10,7 @@ import pytest
 
 from arl.run.checks import _check_vllm, _version_tuple
 from arl.utils.config import ConfigError
-from arl_testing import vllm_config
+from arl_testing import compose, vllm_config
 
 VLLM_BLOCK = vllm_config(enable_sleep_mode=True)  # rollout.vllm
 
@@ -49,3 +49,16 @@ def test_vllm_versions(monkeypatch):
     _fake_vllm(monkeypatch, "0.32.0")
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     _check_vllm(VLLM_BLOCK)  # 0.32's sleep-mode pool turns expandable segments off around itself
+
+
+def test_a_whole_episode_horizon_needs_a_turn_limit_or_a_horizon():
+    """seq-mean-token-sum-norm's H over a trajectory sample is max_new_tokens x env.max_turns; env=program has no
+    turn limit, so the run must say H."""
+    from arl.run.checks import validate_config
+    from arl.utils.config import ConfigError
+
+    base = ["env=program", "env.kwargs.command=[python,agent.py]", "bc.enabled=false", "rollout.sample_mode=trajectory",
+            "algo.loss.agg=seq-mean-token-sum-norm"]
+    with pytest.raises(ConfigError, match="needs algo.loss.horizon: env=program has no env.max_turns"):
+        validate_config(compose(base))
+    assert validate_config(compose([*base, "algo.loss.horizon=512"])).algo.loss.horizon == 512

@@ -270,6 +270,10 @@ def loss_horizon(algo: AlgoConfig, env: EnvSettings, rollout: RolloutSettings) -
     if algo.loss.horizon is not None:
         return algo.loss.horizon
     if rollout.sample_mode == "trajectory":
+        if env.max_turns is None and algo.loss.agg == "seq-mean-token-sum-norm":
+            raise ConfigError(f"algo.loss.agg=seq-mean-token-sum-norm with trajectory samples needs algo.loss.horizon: "
+                              f"env={env.name} has no env.max_turns to size a whole episode by (its episodes end "
+                              "when the program or environment says)")
         return rollout.max_new_tokens * (env.max_turns or 1)
     return rollout.max_new_tokens
 
