@@ -119,6 +119,13 @@ def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
         session = gateway.close_session(sid)
     call, again = session.calls
     assert again.text == call.text and again.response_ids == call.response_ids
+    with RecordingGateway(HFEngine(model, tok), tok, SamplingParams(**GREEDY), max_prompt_tokens=8) as gateway:
+        sid = gateway.open_session()
+        long = httpx.post(f"{gateway.base_url(sid)}/chat/completions",
+                          json={"messages": [{"role": "user", "content": "Hello " * 20}]})
+        assert long.status_code == 400 and long.json()["error"]["type"] == "context_length_exceeded"
+        refused = gateway.close_session(sid)
+    assert not refused.calls and "passes the rollout's max_prompt_tokens (8)" in refused.malformed
     assert call.text == text and call.messages == [{"role": "user", "content": "Hello"}]
     assert tok.decode(call.response_ids, skip_special_tokens=True) == text and len(call.log_probs) == len(call.response_ids)
     assert session.reward == 1.5 and session.won and session.malformed.startswith("each message needs a role")

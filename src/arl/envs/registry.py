@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 from arl.envs.base import TextEnv
@@ -47,6 +48,8 @@ _PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
 def missing_package(name: str) -> str | None:
     """Why env ``name`` cannot run here (a package of an optional extra not installed), or None."""
     packages, extra = _PACKAGES.get(name, ((), ""))
+    if name == VERIFIERS_ENV and sys.version_info < (3, 11):
+        return f"env={name} needs Python 3.11 or newer (verifiers 0.4); this is {sys.version.split()[0]}"
     for package in packages:
         if importlib.util.find_spec(package) is None:
             return f"env={name} needs the {package!r} package: pip install -e '.[{extra}]' (make install brings it)"
