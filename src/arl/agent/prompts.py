@@ -81,6 +81,9 @@ class TrajectoryTemplate:
         self._render = lambda msgs, gen: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
         eos = tokenizer.eos_token_id
         self.eos_ids = {eos} if eos is not None else set()
+        # the special tokens (an engine stops on some of them: its generation config's EOS ids)
+        self.special_ids = set(tokenizer.all_special_ids) | {
+            i for i, token in getattr(tokenizer, "added_tokens_decoder", {}).items() if token.special}
         self._end_of_assistant: str | None = None
 
     def check(self) -> None:
@@ -110,8 +113,9 @@ class TrajectoryTemplate:
         """Ids that follow a sampled response: close the assistant turn, the next user message,
         the assistant turn opened again.
 
-        When the response already ends with the EOS token that closes the turn (sampling stopped
-        on it), that token is not repeated.
+        When the response already ends with the token that closes the turn (sampling stopped on it:
+        the EOS token, or another special token the engine stops on, such as ``<|im_end|>`` under a
+        tokenizer whose EOS is ``<|endoftext|>``), that token is not repeated.
         """
         if self._end_of_assistant is None:
             self.check()
@@ -122,8 +126,9 @@ class TrajectoryTemplate:
         if not following.startswith(closed):
             raise TemplateError("the chat template re-renders earlier turns when a user message follows")
         text = self._end_of_assistant + following[len(closed):]
-        if last_response_ids and last_response_ids[-1] in self.eos_ids:
-            eos_text = self.tokenizer.decode([last_response_ids[-1]], skip_special_tokens=False)
-            if eos_text and text.startswith(eos_text):
-                text = text[len(eos_text):]
+        last = last_response_ids[-1] if last_response_ids else None
+        if last is not None and (last in self.eos_ids or last in self.special_ids):
+            stop_text = self.tokenizer.decode([last], skip_special_tokens=False)
+            if stop_text and text.startswith(stop_text):
+                text = text[len(stop_text):]
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
