@@ -102,7 +102,7 @@ class GatewayLoop(ABC):
 
     def use_trajectory_samples(self) -> None:
         """``rollout.sample_mode=trajectory``: the gateway splices each call that continues the last one onto its
-        token stream (:meth:`RecordingGateway.prompt_ids`), so an episode is one sample per stream. A chat
+        token stream (:meth:`RecordingGateway.render`), so an episode is one sample per stream. A chat
         template that re-renders earlier turns cannot be spliced: turn samples then, with a warning."""
         template = TrajectoryTemplate(self.tokenizer)
         try:
