@@ -101,7 +101,7 @@ class GatewayLoop(ABC):
         self.last_stats = RolloutStats()
 
     def use_trajectory_samples(self) -> None:
-        """``rollout.sample_mode=trajectory``: the gateway splices each call that continues the last one onto its
+        """``rollout.sample_mode=trajectory``: the gateway splices each call that continues an earlier one onto its
         token stream (:meth:`RecordingGateway.render`), so an episode is one sample per stream. A chat
         template that re-renders earlier turns cannot be spliced: turn samples then, with a warning."""
         template = TrajectoryTemplate(self.tokenizer)
