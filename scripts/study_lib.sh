@@ -24,7 +24,8 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # (ckpt_path=resume: the same command resumes an interrupted study; run folders <algo>_seed<k>), then
   # the report (the first two METHODS' difference, and each one's gain over the start per seed), and, when
   # ARCHIVE is set, the finished runs, the BC start's record and the report copied there
-  # (scripts/archive_runs.sh). Reads OUT SEEDS ITERS VAL_EVERY VAL_EPISODES BC_EXPERIMENT RL_EXPERIMENT, and
+  # (scripts/archive_runs.sh); runs already in $ARCHIVE/runs (an earlier session's) are copied into $OUT/rl first and
+  # not run again. Reads OUT SEEDS ITERS VAL_EVERY VAL_EPISODES BC_EXPERIMENT RL_EXPERIMENT, and
   # with defaults: PY (.venv/bin/python) METHODS (sampo,grpo) N_JOBS (2) BC_THREADS (1) RL_THREADS (1)
   # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
   # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
@@ -66,6 +67,15 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     echo "study: the BC start copied to $START (commit it: later studies start from these bytes on any machine)"
   fi
   [ "${START_ONLY:-0}" = 1 ] && { echo "study: START_ONLY=1: the start only"; return 0; }
+  if [ -n "${ARCHIVE:-}" ] && [ -d "$ARCHIVE/runs" ]; then  # runs an earlier session archived are finished:
+    local run restored=0                                     # copied back, the multirun skips them
+    mkdir -p "$OUT/rl"
+    for run in "$ARCHIVE"/runs/*/; do
+      run=${run%/}
+      [ -e "$OUT/rl/${run##*/}" ] || { cp -a "$run" "$OUT/rl/"; restored=$((restored + 1)); }
+    done
+    [ "$restored" = 0 ] || echo "study: $restored finished runs restored from $ARCHIVE/runs (not run again)"
+  fi
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
   # the methods before the seeds: Hydra varies the last key fastest, so the jobs that run together are one method
   # on several seeds, and the start validation one of them plays is read back by the other methods' runs of its

@@ -586,6 +586,13 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     report = (archive / "report.md").read_text()
     assert "`algo=sampo - algo=grpo` | 1 |" in report and "gain over the start" in report
     assert "| `algo=sampo` | 1 |" in report and "| `algo=grpo` | 1 |" in report  # each method's own values per seed
+    # a later session on a fresh tree: the archived runs are restored, not run again
+    resumed = tmp_path / "resumed"
+    later = subprocess.run(["bash", str(ROOT / "scripts" / "math_study.sh")], cwd=ROOT, capture_output=True, text=True,
+                           env={**env, "OUT": str(resumed)}, timeout=900)
+    assert later.returncode == 0 and "study: 2 finished runs restored from" in later.stdout, later.stderr[-3000:]
+    assert (resumed / "rl.out").read_text().count("finished earlier") == 2
+    assert not (resumed / "rl" / "grpo_seed1" / "checkpoints").exists()  # nothing trained again
 
 
 def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
