@@ -32,19 +32,6 @@ export ITERS=${ITERS:-16} VAL_EPISODES=${VAL_EPISODES:-256}
 export VAL_EVERY=${VAL_EVERY:-$ITERS}
 export EXTRA="+env.kwargs.num_games.valid_seen=$VAL_EPISODES ${EXTRA:-}"
 
-restore_archived() {  # <archive>/runs/<name> -> <OUT>/rl/<name>, for runs the multirun folder lacks
-  local archive=$1 run name
-  [ -d "$archive/runs" ] || return 0
-  mkdir -p "$OUT/rl"
-  for run in "$archive"/runs/*/; do
-    name=$(basename "$run")
-    if [ -f "$run/rl_results.json" ] && [ ! -e "$OUT/rl/$name" ]; then
-      cp -a "$run" "$OUT/rl/$name"
-      echo "study: $name finished in an earlier session (from $archive); left as it is"
-    fi
-  done
-}
-
 case "$STAGE" in
   start)
     export OUT=${OUT:-logs/alfworld_strong} START_ONLY=1
@@ -98,13 +85,11 @@ case "$STAGE" in
   calibrate)
     export OUT=${OUT:-logs/alfworld_strong_calibration} SEEDS=${SEEDS:-1,2} METHODS=${METHODS:-sampo,grpo}
     export GRID=${GRID:-"rl.optimizer.lr=1e-4,1e-5 algo.advantage.penalty_only_groups=normalise,center"}
-    [ -n "${ARCHIVE:-}" ] && restore_archived "$ARCHIVE"
-    ENV=alfworld exec bash scripts/calibrate.sh ;;
+    ENV=alfworld exec bash scripts/calibrate.sh ;;  # rl_study restores the runs ARCHIVE holds
   confirm)
     export OUT=${OUT:-logs/alfworld_strong_confirmation} SEEDS=${SEEDS:-11,12,13,14}
     : "${ARM:?ARM=<the setting the calibration chose, e.g. rl.optimizer.lr=1e-5 algo.advantage.penalty_only_groups=center>}"
     export ARM
-    [ -n "${ARCHIVE:-}" ] && restore_archived "$ARCHIVE"
-    exec bash scripts/alfworld_cpu_study.sh ;;
+    exec bash scripts/alfworld_cpu_study.sh ;;  # rl_study restores the runs ARCHIVE holds
   *) echo "STAGE=$STAGE: start, dagger, calibrate or confirm" >&2; exit 2 ;;
 esac

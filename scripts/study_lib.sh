@@ -1,4 +1,4 @@
-# Shared by the study scripts (arena_study.sh, alfworld_study.sh, alfworld_cpu_study.sh, math_study.sh); sourced, not run.
+# Shared by the study scripts (arena_study.sh, alfworld_study.sh, alfworld_cpu_study.sh, math_study.sh, ...); sourced, not run.
 
 single_run() {  # <overrides>: those a single run takes (it has no hydra.launcher)
   local a
@@ -16,6 +16,21 @@ check_start() {  # <bc_policy_hf folder> <its name in the message> <variable nam
       exit 1
     fi
   fi
+}
+
+restore_archived() {  # <archive>: its runs/<name> -> $OUT/rl/<name>, for the finished runs (an earlier session's)
+  # the multirun folder lacks; ckpt_path=resume then knows them by their record and does not run them again
+  local archive=$1 run name restored=0
+  [ -d "$archive/runs" ] || return 0
+  mkdir -p "$OUT/rl"
+  for run in "$archive"/runs/*/; do
+    name=$(basename "$run")
+    if [ -f "$run/rl_results.json" ] && [ ! -e "$OUT/rl/$name" ]; then
+      cp -a "$run" "$OUT/rl/$name"
+      restored=$((restored + 1))
+    fi
+  done
+  [ "$restored" = 0 ] || echo "study: $restored finished runs restored from $archive/runs (not run again)"
 }
 
 rl_study() {  # the design every per-env study shares (docs/results.md, "RL from a cloned start"):
@@ -67,15 +82,7 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     echo "study: the BC start copied to $START (commit it: later studies start from these bytes on any machine)"
   fi
   [ "${START_ONLY:-0}" = 1 ] && { echo "study: START_ONLY=1: the start only"; return 0; }
-  if [ -n "${ARCHIVE:-}" ] && [ -d "$ARCHIVE/runs" ]; then  # runs an earlier session archived are finished:
-    local run restored=0                                     # copied back, the multirun skips them
-    mkdir -p "$OUT/rl"
-    for run in "$ARCHIVE"/runs/*/; do
-      run=${run%/}
-      [ -e "$OUT/rl/${run##*/}" ] || { cp -a "$run" "$OUT/rl/"; restored=$((restored + 1)); }
-    done
-    [ "$restored" = 0 ] || echo "study: $restored finished runs restored from $ARCHIVE/runs (not run again)"
-  fi
+  [ -n "${ARCHIVE:-}" ] && restore_archived "$ARCHIVE"
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
   # the methods before the seeds: Hydra varies the last key fastest, so the jobs that run together are one method
   # on several seeds, and the start validation one of them plays is read back by the other methods' runs of its

@@ -757,7 +757,7 @@ def test_alfworld_strong_study_stages_run_shortened(tmp_path):
     assert runs == ["grpo_lr0.0001_penalty_only_groupscenter_seed1", "grpo_lr0.0001_penalty_only_groupsnormalise_seed1"]
     again = stage("calibrate", OUT=str(tmp_path / "cal_again"), GRID=grid, METHODS="grpo", ARCHIVE=str(archive))
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
-    assert again.stdout.count("finished in an earlier session") == 2
+    assert "study: 2 finished runs restored from" in again.stdout
     for name in runs:  # left as they were: no checkpoint, the archived record
         assert not (tmp_path / "cal_again" / "rl" / name / "checkpoints").exists()
     refused = stage("confirm", OUT=str(tmp_path / "conf"))
