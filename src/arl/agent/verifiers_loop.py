@@ -16,7 +16,7 @@ code, its chat rendering and its rubric decide everything about the episode, and
   above 0 (``""``: when the sum is above 0).
 - **Tasks**: the taskset's first ``num_tasks`` tasks train (seed ``s`` plays task ``s % num_tasks``), the
   next ``num_val_tasks`` validate (seed ``VAL_SEED_BASE + i`` plays task ``num_tasks + i % num_val_tasks``),
-  so the members of a group and the runs of a validation episode play one task.
+  so a group's members play one task, and a validation seed the same task in every run.
 - **Failures**: an episode verifiers marks not ``ok`` (an error in the env's hooks, a harness that failed, a
   deadline passed: ``timeout_s`` for the episode and again for its ``finalize``), one that made no call, is a
   failed episode (``env_error``), never a stalled rollout (an episode still running past both deadlines and a
@@ -27,6 +27,7 @@ code, its chat rendering and its rubric decide everything about the episode, and
   reply). Every agent of the episode that uses the run's model plays with the policy, but the calls of one
   the environment marks not trainable (``agents.user.trainable = False``: a simulated user, a judge) are
   left out, as are its rewards: the gateway knows each call's agent by the trace id verifiers sends with it.
+  With trajectory samples, the harness keeps its conversation, so an episode is one token stream.
 
 The harness program is a PEP 723 script that verifiers prepares with ``uv`` (its environment built once,
 from the package index, and cached); ``uv`` comes with the ``ecosystem`` extra, and the loop puts this
