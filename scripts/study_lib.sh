@@ -47,7 +47,8 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # a Hydra interpolation) BC BC_SHA256 ARCHIVE START (a committed bc_policy_hf folder: the start when it holds
   # weights and BC is unset; when it does not, the study's start is copied there to be committed; START_ONLY=1
   # stops there: the start built, checked and kept, no RL). With one
-  # method in METHODS, the report gives its gain. REPORT=calibration: the calibration table instead (one row per
+  # method in METHODS, the report gives its gain; CONTRASTS ("A - B;C - D", settings as the report names them)
+  # replaces those contrasts. REPORT=calibration: the calibration table instead (one row per
   # setting of a grid, scripts/calibrate.sh).
   : "${PY:=.venv/bin/python}" "${METHODS:=sampo,grpo}" "${N_JOBS:=2}" "${BC_THREADS:=1}" "${RL_THREADS:=1}"
   : "${SETUP:=debug=cpu_small}" "${BC_ARGS:=}" "${RL_ARGS:=}" "${EXTRA:=}"
@@ -108,6 +109,12 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # the difference of the first two methods, then each one's own value per seed (its gain over the start)
   local contrasts=(--contrast "algo=$first - algo=${rest%%,*}" --contrast "algo=$first" --contrast "algo=${rest%%,*}")
   [ "$METHODS" = "$first" ] && contrasts=(--contrast "algo=$first")  # one method: its gain over the start
+  if [ -n "${CONTRASTS:-}" ]; then  # the study's own planned contrasts instead, ';' between them
+    local spec specs
+    IFS=';' read -ra specs <<< "$CONTRASTS"
+    contrasts=()
+    for spec in "${specs[@]}"; do contrasts+=(--contrast "$spec"); done
+  fi
   "$PY" src/report.py "$OUT/rl" "${contrasts[@]}"
   if [ -n "${ARCHIVE:-}" ]; then
     bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"

@@ -654,17 +654,20 @@ def test_calibration_and_sokoban_study_run_shortened(tmp_path):
 @pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
 def test_staleness_study_runs_shortened(tmp_path):
     """``scripts/staleness_study.sh`` shortened: the committed Sokoban start, the grid of three staleness bounds x
-    the correction off and on, one seed, one iteration each, run folders named by the grid, the table and the
-    archive."""
+    the correction off and on, one seed, one iteration each, run folders named by the grid, the report of the
+    planned contrasts and the archive."""
     out, archive = tmp_path / "stale", tmp_path / "archive"
     env = {**_env(tmp_path), "PY": PY, "OUT": str(out), "ARCHIVE": str(archive), "SEEDS": "1", "ITERS": "1",
            "VAL_EVERY": "1", "VAL_EPISODES": "4", "EXTRA": "rollout.tasks_per_iteration=2 rollout.group_size=2"}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "staleness_study.sh")], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    runs = sorted(p.name for p in (out / "rl").iterdir() if p.is_dir())
+    runs = sorted(p.name for p in (out / "rl").iterdir() if p.is_dir() and p.name != "report")
     assert runs == [f"sampo_k{k}_is{c}_seed1" for k in (0, 2, 4) for c in ("False", "True")], runs
-    assert (archive / "calibration.md").read_text().count("| `rl.max_staleness=") == 6
+    report = (archive / "report.md").read_text()  # the planned contrasts, paired by seed
+    for contrast in ("rl.max_staleness=2,algo.rollout_correction.enabled=False - rl.max_staleness=0,algo.rollout_correction.enabled=False",
+                     "rl.max_staleness=4,algo.rollout_correction.enabled=True - rl.max_staleness=4,algo.rollout_correction.enabled=False"):
+        assert f"`{contrast}` | 1 |" in report, report[:3000]
     assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
 
 
