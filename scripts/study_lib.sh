@@ -41,6 +41,7 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   # ARCHIVE is set, the finished runs, the BC start's record and the report copied there
   # (scripts/archive_runs.sh); runs already in $ARCHIVE/runs (an earlier session's) are copied into $OUT/rl first and
   # not run again. Reads OUT SEEDS ITERS VAL_EVERY VAL_EPISODES BC_EXPERIMENT RL_EXPERIMENT, and
+  # SEEDS_FIRST=1 runs the methods of one seed side by side; PLAN (a plan file) adds the departures to the report;
   # with defaults: PY (.venv/bin/python) METHODS (sampo,grpo) N_JOBS (2) BC_THREADS (1) RL_THREADS (1)
   # SETUP (debug=cpu_small: the study's scale, both stages) BC_ARGS RL_ARGS (each stage's own) EXTRA (the
   # caller's, for every run; hydra.launcher.* ones reach the RL multirun only) SUBDIR (the run folders' name,
@@ -87,11 +88,14 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
   echo "study: $METHODS on seeds $SEEDS from $BC, $N_JOBS at a time, in $OUT/rl, log $OUT/rl.out"
   # the methods before the seeds: Hydra varies the last key fastest, so the jobs that run together are one method
   # on several seeds, and the start validation one of them plays is read back by the other methods' runs of its
-  # seed (rl.start_validation_cache, docs/experiments.md)
+  # seed (rl.start_validation_cache, docs/experiments.md); SEEDS_FIRST=1 turns it round (the methods of one seed
+  # side by side, so that each pair finishes together: a long study cut off between sessions keeps whole pairs)
+  local sweep=("algo=$METHODS" "seed=$SEEDS")
+  [ "${SEEDS_FIRST:-0}" = 1 ] && sweep=("seed=$SEEDS" "algo=$METHODS")
   # paths go to Hydra quoted: a folder name may hold ',', '=' or brackets
   # shellcheck disable=SC2086
   "$PY" src/train.py -m hydra/launcher=joblib_local hydra.launcher.n_jobs="$N_JOBS" experiment="$RL_EXPERIMENT" $SETUP \
-    ckpt_path=resume "model.init_from='$BC'" "algo=$METHODS" "seed=$SEEDS" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
+    ckpt_path=resume "model.init_from='$BC'" "${sweep[@]}" rl.iterations="$ITERS" rl.val_every="$VAL_EVERY" \
     rollout.val_episodes="$VAL_EPISODES" threads="$RL_THREADS" "hydra.sweep.dir='$OUT/rl'" \
     "rl.start_validation_cache='$OUT/start_validation'" \
     "hydra.sweep.subdir=$SUBDIR" ${RL_ARGS:-} $EXTRA > "$OUT/rl.out" 2>&1 ||
@@ -115,7 +119,9 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
     contrasts=()
     for spec in "${specs[@]}"; do contrasts+=(--contrast "$spec"); done
   fi
-  "$PY" src/report.py "$OUT/rl" "${contrasts[@]}"
+  local plan=()  # a planned study (scripts/planned_study.sh): the report prints every departure from its plan
+  [ -n "${PLAN:-}" ] && plan=(--plan "$PLAN")
+  "$PY" src/report.py "$OUT/rl" "${contrasts[@]}" "${plan[@]}"
   if [ -n "${ARCHIVE:-}" ]; then
     bash scripts/archive_runs.sh "$OUT/rl" "$ARCHIVE/runs"
     if [ -d "$OUT/bc/.hydra" ]; then  # the study's own start: its config, results record and hash
@@ -123,7 +129,7 @@ rl_study() {  # the design every per-env study shares (docs/results.md, "RL from
       cp -a "$OUT/bc/.hydra" "$OUT/bc/bc_results.json" "$ARCHIVE/bc_start/"
       cp "$OUT/bc.sha256" "$ARCHIVE/bc_start/"
     fi
-    "$PY" src/report.py "$ARCHIVE/runs" --out "$ARCHIVE" "${contrasts[@]}" > /dev/null
+    "$PY" src/report.py "$ARCHIVE/runs" --out "$ARCHIVE" "${contrasts[@]}" "${plan[@]}" > /dev/null
     echo "study: archived in $ARCHIVE (runs/, report.md, plots)"
   fi
 }

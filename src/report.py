@@ -7,6 +7,7 @@
     python src/report.py findings --write          # ... written into the pages, between their markers
     python src/report.py findings --check          # exit 1 naming every number a page has that the archives do not give
                                                    # (and every number of a checked page's prose that is not generated or marked recorded)
+    python src/report.py <folder> --plan docs/results/<study>/plan.yaml   # ... and every departure from the study's plan
     python src/report.py calibration <folder>      # a calibration grid's table (scripts/calibrate.sh), best setting named
     python src/report.py errors <run> [<run> ...]  # what follows the first invalid action (episodes with turns)
     python src/report.py shopping <run> [<run> ...]  # where WebShop episodes break: query, click, purchase
@@ -29,6 +30,7 @@ from arl.analysis.errors import summarise as summarise_errors
 from arl.analysis.findings import load_spec
 from arl.analysis.pages import check_pages, generate, write_pages
 from arl.analysis.report import write_report
+from arl.analysis.study_plan import load_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SPEC = ROOT / "docs" / "results" / "findings.yaml"
@@ -138,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                     help='a paired comparison over seeds (one table per measure of arl.analysis.tables.MEASURES), '
                          '"A - B" or "A - B - C + D" with settings named as in the report (repeatable; default: '
                          'every setting against algo=grpo)')
+    ap.add_argument("--plan", type=Path, default=None,
+                    help="the study's plan file (arl.analysis.study_plan): the report prints every departure from it")
     args = ap.parse_args(argv)
     try:
-        path = write_report(args.multirun, args.out, contrasts=args.contrast)
+        plan = load_plan(args.plan) if args.plan else None
+        path = write_report(args.multirun, args.out, contrasts=args.contrast, plan=plan)
     except (FileNotFoundError, ValueError) as err:
         print(f"report: {err}", file=sys.stderr)
         return 2

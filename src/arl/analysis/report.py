@@ -32,6 +32,7 @@ from pathlib import Path
 from arl.analysis.games import games_table
 from arl.analysis.plots import plot_curves, plot_settings, plot_types
 from arl.analysis.runs import Run, find_runs
+from arl.analysis.study_plan import StudyPlan, departures_section
 from arl.analysis.tables import (
     MEASURES,
     collapse_tests,
@@ -42,6 +43,12 @@ from arl.analysis.tables import (
     type_table,
     validation_table,
 )
+
+
+def repository_of(path: Path) -> Path:
+    """The nearest folder above ``path`` with a ``.git`` (the working folder when there is none)."""
+    path = Path(path).resolve()
+    return next((parent for parent in path.parents if (parent / ".git").exists()), Path.cwd())
 
 
 def shown_path(path: Path) -> str:
@@ -68,12 +75,14 @@ def validation_line(runs: list[Run]) -> str:
     return f"Validation: {size}." + (f" Best checkpoints (by validation success): {'; '.join(best)}." if best else "")
 
 
-def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None) -> Path:
+def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None,
+                 plan: StudyPlan | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``).
 
     ``contrasts``: paired comparisons over seeds (:func:`contrast_table`), one table per measure of
     :data:`MEASURES` that the runs logged; default every setting against ``algo=grpo`` when the
-    runs have it."""
+    runs have it. ``plan``: the study's plan (:mod:`arl.analysis.study_plan`); the report then opens
+    with every departure of the runs from it (its start's hash read from the repository holding the plan)."""
     multirun = Path(multirun)
     runs = find_runs(multirun)
     contrasts = default_contrasts(runs) if contrasts is None else contrasts
@@ -97,6 +106,7 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
             "policy; they are not in the curves.")] if n_bc else []),
         *([f"Every run shares: `{','.join(f'{k}={v}' for k, v in common.items())}`."] if common else []),
         validation_line(runs),
+        *([departures_section(plan, runs, repository_of(plan.path))] if plan is not None else []),
         "## Runs",
         run_table(runs),
         *(["## Validation success at each check", checks] if (checks := validation_table(runs)) else []),

@@ -171,17 +171,10 @@ def _normal_sf(x: float) -> float:
     return 0.5 * math.erfc(x / math.sqrt(2.0))
 
 
-def paired_t_power(delta: float, sd: float, n: int, steps: int = 4000) -> float:
-    """Power of the two-sided paired t-test at 5 % on ``n`` seeds when the per-seed difference has
-    mean ``delta`` and standard deviation ``sd``: P(|T| > t975(n - 1)) for T noncentral t with
-    n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd.
-
-    Computed as E_V[P(|Z + ncp| > c sqrt(V / df))] over V ~ chi2(df), integrated in u = sqrt(V)
-    (smooth at 0 for every df) by the midpoint rule on ``steps`` points; no scipy needed.
-    """
-    if n < 2 or sd <= 0:
-        raise ValueError(f"paired_t_power needs n >= 2 seeds and sd > 0, got n={n}, sd={sd}")
-    df, c, ncp = n - 1, t975(n - 1), delta * math.sqrt(n) / sd
+def _two_sided_tail(c: float, ncp: float, df: int, steps: int) -> float:
+    """P(|T| > c) for T noncentral t with ``df`` degrees of freedom and noncentrality ``ncp``:
+    E_V[P(|Z + ncp| > c sqrt(V / df))] over V ~ chi2(df), integrated in u = sqrt(V) (smooth at 0 for
+    every df) by the midpoint rule on ``steps`` points; no scipy needed."""
     upper = math.sqrt(df + 40.0 * math.sqrt(2.0 * df))
     h = upper / steps
     log_norm = (df / 2) * math.log(2.0) + math.lgamma(df / 2)
@@ -194,10 +187,51 @@ def paired_t_power(delta: float, sd: float, n: int, steps: int = 4000) -> float:
     return min(1.0, total)
 
 
-def seeds_for_power(delta: float, sd: float, power: float = 0.8, max_seeds: int = 50) -> int | None:
-    """The fewest paired seeds (>= 2) whose two-sided 5 % paired t-test reaches ``power`` for a true
-    difference ``delta`` with per-seed standard deviation ``sd``; None beyond ``max_seeds``."""
+def t_critical(df: int, alpha: float = 0.05, steps: int = 4000) -> float:
+    """The two-sided critical value of Student's t with ``df`` degrees of freedom: c with
+    P(|T| > c) = ``alpha`` (the tabled t975 at alpha 0.05; bisection on the same integral otherwise)."""
+    if not 0.0 < alpha < 1.0 or df < 1:
+        raise ValueError(f"t_critical needs 0 < alpha < 1 and df >= 1, got alpha={alpha}, df={df}")
+    if alpha == 0.05:
+        return t975(df)
+    lo, hi = 0.0, 1000.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _two_sided_tail(mid, 0.0, df, steps) > alpha else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_t_power(delta: float, sd: float, n: int, steps: int = 4000, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test at level ``alpha`` on ``n`` seeds when the per-seed
+    difference has mean ``delta`` and standard deviation ``sd``: P(|T| > c) for T noncentral t with
+    n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd, c the test's critical value
+    (``t_critical``). A Holm-corrected family of m tests: ``alpha`` = 0.05 / m is the level the
+    smallest p must pass, so the power at it is the power a planned contrast has in the worst case.
+    """
+    if n < 2 or sd <= 0:
+        raise ValueError(f"paired_t_power needs n >= 2 seeds and sd > 0, got n={n}, sd={sd}")
+    df = n - 1
+    return _two_sided_tail(t_critical(df, alpha, steps), delta * math.sqrt(n) / sd, df, steps)
+
+
+def seeds_for_power(delta: float, sd: float, power: float = 0.8, max_seeds: int = 50,
+                    alpha: float = 0.05) -> int | None:
+    """The fewest paired seeds (>= 2) whose two-sided paired t-test at ``alpha`` reaches ``power``
+    for a true difference ``delta`` with per-seed standard deviation ``sd``; None beyond ``max_seeds``."""
     for n in range(2, max_seeds + 1):
-        if paired_t_power(delta, sd, n) >= power:
+        if paired_t_power(delta, sd, n, alpha=alpha) >= power:
             return n
     return None
+
+
+def detectable_difference(sd: float, n: int, power: float = 0.8, alpha: float = 0.05, steps: int = 2000) -> float:
+    """The smallest true per-seed mean difference that the two-sided paired t-test at ``alpha`` on
+    ``n`` seeds finds with probability ``power`` when the per-seed difference has standard deviation
+    ``sd`` (bisection on ``paired_t_power``): a study's minimal detectable difference."""
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"detectable_difference needs 0 < power < 1, got {power}")
+    lo, hi = 0.0, 100.0 * sd
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if paired_t_power(mid, sd, n, steps, alpha) < power else (lo, mid)
+    return (lo + hi) / 2
