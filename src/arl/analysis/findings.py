@@ -17,8 +17,10 @@ measure. The verdict rule is :func:`arl.analysis.contrasts.verdict`.
 
 from __future__ import annotations
 
+import os
+import re
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -116,6 +118,8 @@ class Line:
     ours_short: str = ""
     interval_short: str = ""
     words: tuple[str, ...] = ()  # the verdict's words, one per contrast
+    cell: str = ""  # README's headline cell: the measure, each contrast's mean and interval
+    names: tuple[str, ...] = ()  # the contrasts' names, one per word
 
     @property
     def definite(self) -> bool:
@@ -134,6 +138,8 @@ class Row:
     headline: bool = False
     where: str = ""  # the environment and the regime (README's headline table)
     ours_finding: bool = False  # a finding of ours, beyond the paper
+    envs: list[str] = field(default_factory=list)  # the environments, short (README's headline table)
+    sections: list[tuple[str, str]] = field(default_factory=list)  # (name, heading of docs/results.md) per study
 
     @property
     def definite(self) -> bool:
@@ -220,6 +226,18 @@ def where(study: Study) -> str:
     return "; ".join([task, f"{steps} at lr {study.facts['lr']}",
                       parts["seeds"].split(" (")[0], *([study.extra["regime"]] if study.extra.get("regime") else []),
                       parts["below"]])
+
+
+def _short_env(task_scale: str) -> str:
+    """``"Sokoban 6x6 with 1 box and 10 turns"`` -> ``"Sokoban 6x6 with 1 box"``; ``"ALFWorld (task types
+    ...) with 20 turns"`` -> ``"ALFWorld"``: the environment without its turn budget and description."""
+    text = task_scale.split(" (")[0].split(" and ")[0].strip()
+    return re.sub(r" with \d+ turns$", "", text)
+
+
+def env_name(study: Study) -> str:
+    """The study's environment, short, for README's headline table (:func:`_short_env` of its scale)."""
+    return _short_env(study.facts["task_scale"])
 
 
 def episodes_note(study: Study, a: str, b: str, prefix: bool = False) -> str:
@@ -310,13 +328,17 @@ def finding_row(spec: Spec, f: dict) -> Row:
             text = f"{head}: **{words[0][0]}**{both}" + "".join(n for _, n in words)
         else:
             text = f"{head}: " + "; ".join(f"{n} **{w}**{note}" for n, (w, note) in zip(names, words))
-        out.append(Line(ours, interval, text, ours_short, f"{lo_hi}; Holm p {holms}", tuple(w for w, _ in words)))
+        cell = f"{label}: " + "; ".join(f"{n} {c.mean:+.3f} [{c.interval[0]:+.3f}, {c.interval[1]:+.3f}]"
+                                          for n, c in zip(names, contrasts))
+        out.append(Line(ours, interval, text, ours_short, f"{lo_hi}; Holm p {holms}", tuple(w for w, _ in words), cell,
+                        tuple(names)))
     played = [episodes_note(s, *f["episodes"], prefix=multi) for s in studies] if f.get("episodes") else []
     caveat = "; ".join([*([f["caveat"]] if f.get("caveat") else []), *played])
     notes = ([f"({caveat})"] if caveat else []) + [_scale(studies)]
     return Row(f["finding"], f["paper"], out, notes, " / ".join(f"`{s.command}`" for s in studies),
                "; ".join(archive_note(s) for s in studies), bool(f.get("headline")),
-               "<br>".join(where(s) for s in studies), bool(f.get("ours")))
+               "<br>".join(where(s) for s in studies), bool(f.get("ours")), [env_name(s) for s in studies],
+               [(s.short, s.extra.get("section", "")) for s in studies])
 
 
 def _interval_cell(contrasts: list[Contrast]) -> tuple[str, str, str]:
@@ -349,16 +371,18 @@ def _recorded_row(f: dict, alpha: float) -> Row:
     line = Line(f"{f['measure']}: " + ", ".join(f"seed {s} {v:+.3f}" for s, v in zip(seeds, values)) + f"; mean {m:+.3f}",
                 f"[{m - half:+.3f}, {m + half:+.3f}] (t 95 %, {len(values)} seeds); p {fmt_p(p)}, no correction (a "
                 f"family of one)", f"**{word}**" + (f": {f['why']}" if f.get("why") else ""), f"{label}: {m:+.3f}",
-                f"[{m - half:+.3f}, {m + half:+.3f}]", (word,))
+                f"[{m - half:+.3f}, {m + half:+.3f}]", (word,), f"{label}: {m:+.3f} [{m - half:+.3f}, {m + half:+.3f}]")
     return Row(f["finding"], f["paper"], [line], [f"({f['source']})", "at CPU scale"], f"`{f['command']}`",
-               "none (recorded values)", bool(f.get("headline")), f.get("where", ""), bool(f.get("ours")))
+               "none (recorded values)", bool(f.get("headline")), f.get("where", ""), bool(f.get("ours")),
+               [_short_env(f.get("where", "").split(";")[0])], [(f.get("section", "").split(":")[0], f.get("section", ""))])
 
 
 def _not_run_row(f: dict) -> Row:
     """A finding of the paper that no run here tested (``kind: not-run``): why, and what it would take."""
-    line = Line(f"not run: {f['why']}", "-", "**not tested**", "not run", "-", ("not tested",))
+    line = Line(f"not run: {f['why']}", "-", "**not tested**", "not run", "-", ("not tested",), "not run")
     return Row(f["finding"], f["paper"], [line], [], f"`{f['command']}`", "none (not run)", bool(f.get("headline")),
-               f.get("where", ""), bool(f.get("ours")))
+               f.get("where", ""), bool(f.get("ours")), [_short_env(f.get("where", "").split(";")[0])],
+               [(f.get("section", "").split(":")[0], f.get("section", ""))])
 
 
 def _collapse_row(spec: Spec, f: dict, alpha: float) -> Row:
@@ -381,10 +405,12 @@ def _collapse_row(spec: Spec, f: dict, alpha: float) -> Row:
                 f"**{' / '.join(dict.fromkeys(words))}** as a count (Holm); the per-method p holds only for KL "
                 f"thresholds from {lo:.4f} (every {tol} run, no {study.name(t['baseline'])} run) up to {hi:.4f}",
                 f"detector events: {names}, {base}",
-                f"Fisher p {per} per method (Holm {holms}); pooled {fmt_p(pp)}, a choice of grouping", tuple(words))
+                f"Fisher p {per} per method (Holm {holms}); pooled {fmt_p(pp)}, a choice of grouping", tuple(words),
+                f"runs with a collapse event: {names}, {base} (Fisher p {per}, Holm {holms})")
     notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale([study])]
     return Row(f["finding"], f["paper"], [line], notes, f"`{study.command}`", archive_note(study),
-               bool(f.get("headline")), where(study), bool(f.get("ours")))
+               bool(f.get("headline")), where(study), bool(f.get("ours")), [env_name(study)],
+               [(study.short, study.extra.get("section", ""))])
 
 
 def _ratio_row(spec: Spec, f: dict, alpha: float) -> Row:
@@ -404,10 +430,12 @@ def _ratio_row(spec: Spec, f: dict, alpha: float) -> Row:
             out.append(Line(f"{name}: {mean:.2f} ({below}/{len(values)} seeds below 1)",
                             f"[{mean - half:.2f}, {mean + half:.2f}] (t 95 % of the per-seed ratios, {len(values)} "
                             f"paired seeds); p {fmt_p(p)} against 1, no correction",
-                            f"**{word}**", f"{name}: {mean:.2f}", f"[{mean - half:.2f}, {mean + half:.2f}]", (word,)))
+                            f"**{word}**", f"{name}: {mean:.2f}", f"[{mean - half:.2f}, {mean + half:.2f}]", (word,),
+                            f"{name}: {mean:.2f} [{mean - half:.2f}, {mean + half:.2f}]"))
     notes = ([f"({f['caveat']})"] if f.get("caveat") else []) + [_scale([study])]
     return Row(f["finding"], f["paper"], out, notes, f"`{study.command}`", archive_note(study),
-               bool(f.get("headline")), where(study), bool(f.get("ours")))
+               bool(f.get("headline")), where(study), bool(f.get("ours")), [env_name(study)],
+               [(study.short, study.extra.get("section", ""))])
 
 
 FINDINGS_COLUMNS = ["finding", "paper", "ours", "interval", "verdict", "command", "archive"]
@@ -445,19 +473,50 @@ def findings_block(spec: Spec) -> str:
 
 
 def headline_rows(spec: Spec) -> list[Row]:
-    """The findings README shows: every finding of the paper, every finding of ours with a definite
-    verdict (for or against), and those of ours the spec marks ``headline``."""
-    rows = [finding_row(spec, f) for f in spec.findings]
-    return [r for r in rows if not r.ours_finding or r.definite or r.headline]
+    """The findings README shows: every finding of the paper and every finding of ours."""
+    return [finding_row(spec, f) for f in spec.findings]
+
+
+def one_word(words: tuple[str, ...], names: list[str] | None = None) -> str:
+    """A line's verdict in a word: ``"inconclusive"`` when every contrast got it (``"(uncorrected only)"``
+    dropped: README's table leaves the detail to the findings table), else each contrast's word."""
+    plain = [w.split(" (")[0] for w in words]
+    if len(set(plain)) == 1:
+        return plain[0]
+    return "; ".join(f"{n}: {w}" for n, w in zip(names or [], plain)) if names else " / ".join(plain)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lstrip("#").strip().lower())
+    return text.replace(" ", "-")
+
+
+def section_link(spec: Spec, name: str, section: str) -> str:
+    """``[<name>](docs/results.md#<anchor>)`` for the heading of the findings page that begins with ``section``
+    (the first page of the spec that has a findings block); ValueError when no heading does."""
+    page = next(p for p, blocks in spec.pages.items() if "findings" in blocks)
+    readme = next((p for p, blocks in spec.pages.items() if "headline" in blocks), page)
+    headings = [ln for ln in page.read_text().splitlines() if ln.startswith("#")]
+    found = [h for h in headings if h.lstrip("#").strip().startswith(section)]
+    if not found:
+        raise ValueError(f"no heading of {page} begins with {section!r} (a study's or finding's `section`)")
+    target = os.path.relpath(page.resolve(), readme.resolve().parent)
+    return f"[{name}]({target}#{github_anchor(found[0])})"
 
 
 def headline_block(spec: Spec) -> str:
-    """README's table: the headline findings (:func:`headline_rows`), where they ran, their means,
-    intervals (t 95 %, uncorrected) and verdicts; then the scale they hold at."""
-    rows = headline_rows(spec)
-    columns = ["finding", "where", "ours", "interval", "verdict"]
-    table = _table(["finding", "where (environment; regime)", "ours (measure: contrast, mean)", "t 95 % interval; Holm p",
-                    "verdict"], [r.cells(columns, short=True) for r in rows])
+    """README's table: a row per finding, the paper's and ours, each with its environment, the contrast on
+    its first measure (the paper's metric for the paper's findings) with its t 95 % interval, the verdict
+    in a word and a link to its section of the results page; then the scale the verdicts hold at."""
+    out = []
+    for r in headline_rows(spec):
+        line = r.lines[0]
+        links = ", ".join(section_link(spec, n, x) for n, x in dict.fromkeys(r.sections) if x) or "-"
+        verdict = one_word(line.words, list(line.names) if len(line.names) == len(line.words) else None)
+        out.append([r.finding, ", ".join(dict.fromkeys(e for e in r.envs if e)) or "-", line.cell,
+                    f"**{verdict}**", links])
+    table = _table(["claim", "environment", "measure: contrast, mean [t 95 %]", "verdict", "details"], out)
     studies = list(spec.studies.values())
     params = sorted({s.parameters for s in studies if s.parameters})
     steps = [v for s in studies for v in s.optimizer_steps().values() if v is not None]
@@ -469,6 +528,6 @@ def headline_block(spec: Spec) -> str:
             + (f" ({span(f'{params[0] / 1e6:.2f}', f'{params[-1] / 1e6:.2f}')}M parameters)" if params else "")
             + (f", {span(min(its), max(its))} iterations a run" if its else "")
             + (f", {span(f'{min(steps):.0f}', f'{max(steps):.0f}')} optimiser steps a run" if steps else "") + ", on "
-            f"{', '.join(envs[:-1]) + ' and ' + envs[-1] if len(envs) > 1 else envs[0]} (the where column)"
+            f"{', '.join(envs[:-1]) + ' and ' + envs[-1] if len(envs) > 1 else envs[0]}"
             + (f"; the paper's scale: {spec.data['paper_scale']}" if spec.data.get("paper_scale") else "") + ".")
     return table + "\n\n" + text
