@@ -10,7 +10,8 @@ comment holds the study key of the spec (several joined by ``,`` for a range ove
 kind, and its arguments (shell words: a contrast with spaces is quoted):
 
 - ``contrast "A - B" MEASURE``: the contrast's mean, t 95 % interval, seeds above 0 and Holm p
-  (:meth:`arl.analysis.study.Study.contrast`), ``+0.048 [+0.018, +0.077] (4/4 above 0), Holm 0.042``;
+  (:meth:`arl.analysis.study.Study.contrast`), ``+0.048 [+0.018, +0.077] (4/4 above 0), Holm 0.042``; a
+  contrast outside the study's planned family gets its raw p, marked uncorrected;
 - ``mean VALUE SETTING``: the mean over the setting's runs of one of :data:`VALUES`;
 - ``range VALUE [SETTING ...]``: its lowest-highest over those settings' runs (every run without one;
   over several studies, each study's runs of the settings it has);
@@ -61,6 +62,8 @@ def _won(run: Run) -> float | None:
 #: what ``mean``, ``range`` and ``lower`` read from a run, and how the page prints it
 VALUES: dict[str, tuple[Callable[[Run], float | None], str]] = {
     "start": (_first("val/success_rate"), ".3f"),  # validation success at iteration 0: the start policy
+    # WebShop's score at iteration 0 on success's scale (val/score / 100): the start's spread beside a score gain
+    "start-score": (lambda r: None if (v := r.first("val/score")) is None else v / 100, ".3f"),
     "final": (_last("val/success_rate"), ".3f"),
     "gain": (lambda r: r.gain(), "+.3f"),
     "training": (lambda r: r.mean("rollout/success_rate"), ".3f"),  # mean over the iterations
@@ -116,6 +119,8 @@ def inline_value(spec: Spec, name: str) -> str:
     study = studies[0]
     if kind == "contrast":
         c = study.contrast(args[0], args[1])
+        if args[0] not in study.family:  # not planned: the raw p, no correction to claim
+            return f"{c.text()}, p {fmt_p(c.p)} (not a planned contrast: uncorrected)"
         return f"{c.text()}, Holm {fmt_p(c.p_holm)}"
     if kind == "mean":
         value, names = args[0], args[1:]
@@ -139,7 +144,7 @@ def inline_value(spec: Spec, name: str) -> str:
         g = next(iter(rows.values()))
         noun = study.facts["held_out"].removeprefix("held-out ")
         return (f"{g.gained} gained, {g.lost} lost over the {g.seeds} seeds; {g.up} {noun} up, {g.down} down, "
-                f"sign test p {fmt_p(g.p)}")
+                f"sign test over the {noun}, not the seeds, uncorrected: p {fmt_p(g.p)}")
     if kind == "episodes":
         return episodes_note(study, *args).split(" played ", 1)[1]
     if kind == "below":
