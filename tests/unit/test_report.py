@@ -485,3 +485,28 @@ def test_validation_at_each_check_by_hand(tmp_path):
     wide = tmp_path / "wide"
     _write_run(wide / "seed=1", {"val/success_rate": [(i, 0.1) for i in range(13)]})
     assert validation_table(find_runs(wide)) == ""
+
+
+def test_the_stability_table_by_hand(tmp_path):
+    from arl.analysis.runs import find_runs
+    from arl.analysis.tables import stability_table
+
+    # two seeds of one setting: KL 0.1, 0.3 (mean 0.2, peak 0.3) and 0.2, 0.6 (mean 0.4, peak 0.6); tokens past the
+    # binding clip 0.01 + 0.02 and 0.03 + 0.04; the sequence ratio's p95 - p05 0.2 and 0.4; entropy 1.0 -> 0.5, 0.8 -> 0.7
+    for seed, (kl, above, below, p95, ent) in {1: ([0.1, 0.3], 0.01, 0.02, 1.1, [1.0, 0.5]),
+                                              2: ([0.2, 0.6], 0.03, 0.04, 1.3, [0.8, 0.7])}.items():
+        _write_run(tmp_path / f"algo=sampo,seed={seed}", {
+            "actor/kl_loss": [(1, kl[0]), (2, kl[1])], "is/tokens_above_pos": [(1, above), (2, above)],
+            "is/tokens_below_neg": [(1, below), (2, below)], "is/seq_ratio_p95": [(1, p95), (2, p95)],
+            "is/seq_ratio_p05": [(1, 0.9), (2, 0.9)], "actor/entropy": [(1, ent[0]), (2, ent[1])],
+            "val/success_rate": [(0, 0.5), (2, 0.6)]})
+    table = stability_table(find_runs(tmp_path)).splitlines()
+    cells = [c.strip() for c in table[2].split("|")[1:-1]]
+    half = 12.706 * (0.2 / math.sqrt(2)) / math.sqrt(2)  # t(1) x sd / sqrt(2) over the KL means 0.2, 0.4 (sd 0.2 / sqrt 2)
+    assert cells[:3] == ["`algo=sampo`", "2", f"0.300 [{0.3 - half:.3f}, {0.3 + half:.3f}]"]
+    assert cells[3].startswith("0.450 [")  # peak KL 0.3, 0.6
+    assert cells[5].startswith("0.050 [")  # tokens past the clip: 0.03 and 0.07
+    assert cells[6].startswith("0.300 [")  # p95 - p05: 0.2 and 0.4
+    assert cells[7].startswith("0.900 [") and cells[8].startswith("0.600 [")  # entropy first 1.0, 0.8; last 0.5, 0.7
+    assert cells[-1] == "0/2"
+    assert stability_table([]) == ""

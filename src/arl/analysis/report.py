@@ -40,6 +40,7 @@ from arl.analysis.tables import (
     default_contrasts,
     group_table,
     run_table,
+    stability_table,
     type_table,
     validation_table,
 )
@@ -112,6 +113,8 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         *(["## Validation success at each check", checks] if (checks := validation_table(runs)) else []),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
+        *(["## Stability over the run (mean and t 95 % over seeds)", stability]
+          if (stability := stability_table(runs)) else []),
         *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]
           if (types := type_table(runs)) else []),
         *(["## Game by game (start against last validation, the same held-out games; seeds pooled)", games]

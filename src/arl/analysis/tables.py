@@ -147,6 +147,55 @@ def group_table(runs: Iterable[Run]) -> str:
     return "\n".join(lines)
 
 
+#: the stability table's columns: (heading, what is read from a run); each cell the mean and t 95 % over seeds
+STABILITY: list[tuple[str, Callable[[Run], float | None]]] = [
+    ("mean KL", lambda r: r.mean(kl_tag(r))),
+    ("peak KL", lambda r: r.peak(kl_tag(r))),
+    ("clip fraction", lambda r: r.mean("actor/clipfrac")),
+    ("tokens past the binding clip", lambda r: _sum_means(r, "is/tokens_above_pos", "is/tokens_below_neg")),
+    ("sequence ratio p95 - p05", lambda r: _mean_of_difference(r, "is/seq_ratio_p95", "is/seq_ratio_p05")),
+    ("entropy, first iteration", lambda r: r.first("actor/entropy")),
+    ("entropy, last iteration", lambda r: r.final("actor/entropy")),
+    ("peak grad norm", lambda r: r.peak("actor/grad_norm")),
+    ("masked sequences", lambda r: r.mean("actor/masked_seqs")),
+    ("skipped updates", lambda r: r.final("train/updates_skipped")),
+]
+
+
+def _mean_of_difference(run: Run, high: str, low: str) -> float | None:
+    a, b = dict(run.scalars.get(high, [])), dict(run.scalars.get(low, []))
+    common = [k for k in a if k in b]
+    return sum(a[k] - b[k] for k in common) / len(common) if common else None
+
+
+def stability_table(runs: Iterable[Run]) -> str:
+    """What stability looks like per setting, over the run (mean and t 95 % over seeds): the KL to the
+    reference (``actor/kl_loss``, else ``actor/ppo_kl``: mean and peak), the clip fraction (``actor/clipfrac``),
+    the tokens past the clip on the side that binds (``is/tokens_above_pos`` + ``is/tokens_below_neg``, each
+    averaged over the run), the spread of the sequence ratio (``is/seq_ratio_p95`` - ``is/seq_ratio_p05``), the
+    entropy at the first and last iteration (``actor/entropy``), the peak gradient norm, the masked sequences, the skipped updates and
+    the collapse detector's events (runs with one, and its first iteration). Empty when no run logged a KL."""
+    runs = [r for r in runs if not r.bc_only]
+    if not any(r.scalars.get(kl_tag(r)) for r in runs):
+        return ""
+    head = ["setting", "seeds", *(h for h, _ in STABILITY), "collapsed (first iteration)"]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for name, members in settings(runs).items():
+        def vals(fn, members=members):
+            return [v for v in (fn(r) for r in members) if v is not None]
+
+        cells = [f"`{name}`", str(len(members))]
+        cells += [format_mean_ci(v) if (v := vals(read)) else "-" for _, read in STABILITY]
+        cells.append(collapse_cell(members))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _sum_means(run: Run, *tags: str) -> float | None:
+    means = [run.mean(t) for t in tags]
+    return None if any(m is None for m in means) else sum(means)
+
+
 def type_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, list[str]]]]:
     """(the task types, setting -> (its seeds, a cell per type)) of the runs' validation success per
     task type (``val/success_rate/<type>``; envs with several types, ALFWorld's six): each cell
