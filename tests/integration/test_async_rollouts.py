@@ -95,6 +95,12 @@ def test_no_trained_turn_is_older_than_the_bound(k, tmp_path):
         assert bool((versions >= 0).all())  # every turn says which weights sampled it
         ages.append(int(b["learner_version"] - versions.min()))
     assert 1 <= max(ages) <= k and min(ages) >= 0, ages
+    # without the correction every stale turn's ratio is taken against the behaviour log-probs (1), never the
+    # policy itself (0: ratio 1, the turn trained as on-policy) nor a trainer pass (2)
+    from arl.analysis.runs import read_scalars
+
+    sources = read_scalars(_run_dir(tmp_path / "logs", f"async{k}"))["actor/old_log_probs_source"]
+    assert [v for _, v in sources] == [1.0] * 4, sources
 
 
 def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous, tmp_path):

@@ -128,6 +128,7 @@ SKIPPED = (
     ("bash scripts/sokoban_rl_study.sh", "run shortened by test_calibration_and_sokoban_study_run_shortened"),
     ("bash scripts/webshop_rl_study.sh", "run shortened by test_webshop_rl_study_runs_shortened"),
     ("bash scripts/staleness_study.sh", "run shortened by test_staleness_study_runs_shortened"),
+    ("PLAN=", "a planned study (run shortened by test_planned_study_runs_shortened)"),
     ("START_ONLY=", "a study script's start alone (the scripts run shortened by their tests)"),
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
@@ -669,6 +670,34 @@ def test_staleness_study_runs_shortened(tmp_path):
                      "rl.max_staleness=4,algo.rollout_correction.enabled=True - rl.max_staleness=4,algo.rollout_correction.enabled=False"):
         assert f"`{contrast}` | 1 |" in report, report[:3000]
     assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
+
+
+@pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
+def test_planned_study_runs_shortened(tmp_path):
+    """``scripts/planned_study.sh`` on a plan of its own (the committed Sokoban start, SAMPO and GRPO, one seed,
+    two iterations): the runs are the plan's, the methods of one seed side by side, and the report says
+    that nothing departs from the plan; a run the plan does not name would be listed."""
+    import yaml
+
+    plan = tmp_path / "study" / "plan.yaml"
+    plan.parent.mkdir()
+    plan.write_text(yaml.safe_dump({
+        "name": "tiny_plan", "experiment": "sokoban",
+        "start": {"path": "docs/results/sokoban_rl_study/bc_start/bc_policy_hf",
+                  "sha256": "ad73dda7de2b69788d9c5b60b7eb27bb13ddabbc3eb36cb574d57d00c7aff709"},
+        "methods": ["sampo", "grpo"], "seeds": [3], "iterations": 2, "val_every": 1, "val_episodes": 4,
+        "min_optimizer_steps": 4,
+        "overrides": ["debug=cpu_small", "rollout.tasks_per_iteration=2", "rollout.group_size=2"]}))
+    out, archive = tmp_path / "logs", tmp_path / "archive"
+    env = {**_env(tmp_path), "PY": PY, "PLAN": str(plan), "OUT": str(out), "ARCHIVE": str(archive)}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "planned_study.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    jobs = re.findall(r"#\d+ : .*", (out / "rl.out").read_text())
+    assert [("seed=3" in j, "algo=sampo" in j) for j in jobs] == [(True, True), (True, False)]  # one seed, both methods
+    assert sorted(p.name for p in (archive / "runs").iterdir()) == ["grpo_seed3", "sampo_seed3"]
+    report = (archive / "report.md").read_text()
+    assert "## Departures from the plan" in report and "None: every planned run is here, as planned." in report
 
 
 @pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite

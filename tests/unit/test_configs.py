@@ -229,6 +229,10 @@ def test_asynchronous_rl_refuses_what_it_does_not_offer_yet():
         (["rl.max_staleness=1", "rollout.schedule=episode"], "rollout.schedule=episode"),
         (["rl.max_staleness=1", "trainer.devices=2"], "several ranks"),
         (["rl.max_staleness=-1"], "rl.max_staleness=-1 is out of range"),
+        # FSDP on one device: its parameters are DTensors the mailbox cannot copy (refused, not a crash at publish)
+        (["rl.max_staleness=1", "trainer=fsdp2_cpu", "trainer.devices=1"], "a sharded trainer"),
+        # a trainer pass for pi_old would anchor a stale turn's ratio to the learner: on-policy in disguise
+        (["rl.max_staleness=1", "rl.old_log_probs=recompute"], "rl.old_log_probs=recompute without"),
     ):
         with pytest.raises(ConfigError, match=message):
             validate_config(compose(overrides))
@@ -516,6 +520,12 @@ def test_the_horizon_is_the_generation_budget():
     (["trainer=fsdp2_cpu"], "rollout"),                                  # the same lane in fp32
     (["experiment=sampo_sokoban"], "recompute"),                         # vLLM in bf16
     (["experiment=sampo_sokoban", "rl.old_log_probs=rollout"], "rollout"),
+    # asynchronous without the correction: always the behaviour log-probs, whatever the engine or precision
+    (["rl.max_staleness=2", "trainer=gpu"], "rollout"),
+    (["rl.max_staleness=2", "experiment=sampo_sokoban"], "rollout"),
+    (["rl.max_staleness=2", "model.dtype=bfloat16"], "rollout"),
+    # ... and with decoupled PPO's correction, the recomputed proximal policy
+    (["rl.max_staleness=2", "algo.rollout_correction.enabled=true"], "recompute"),
 ])
 def test_where_pi_old_comes_from(overrides, source):
     from arl.run.builders import old_log_probs_source

@@ -228,6 +228,8 @@ class AgenticRLModule(LightningModule):
             n_steps = self.steps_per_epoch(n_global)
             # one step per iteration: pi_old is the policy itself, unless stale samples keep their behaviour log-probs
             on_policy = self.ppo_epochs == 1 and n_steps == 1 and not (self.asynchronous and self.old_log_probs == "rollout")
+            # what the ratio's pi_old was: 0 the policy itself (ratio 1), 1 the behaviour log-probs, 2 a trainer pass
+            metrics.same("actor/old_log_probs_source", 0.0 if on_policy else 1.0 if self.old_log_probs == "rollout" else 2.0)
             with timed(times, "logprob"):  # 1. score: log pi_old and log pi_ref of the sampled tokens, (B, L)
                 with timed(times, "old_logprob"):
                     old_log_probs = self._old_log_probs(data, on_policy)

@@ -196,10 +196,16 @@ def old_log_probs_source(run: RunSettings) -> str:
     engine (it generates with the policy module itself, or a copy synced after every update)
     in fp32 with fp32 training (neither ``trainer.precision`` nor FSDP2's
     ``trainer.sharding.mixed_precision`` computing in half precision), and no rollout
-    correction (which measures exactly that gap).
+    correction (which measures exactly that gap). In asynchronous mode (``rl.max_staleness``)
+    without the correction, ``auto`` is always the rollout's: a stale turn's ratio must be taken
+    against the behaviour policy that sampled it (AReaL's plain PPO), never against the learner's
+    current weights (a trainer pass), which would train it as on-policy; with the correction on,
+    the recomputed pi_old is decoupled PPO's proximal policy.
     """
     if run.rl.old_log_probs != "auto":
         return run.rl.old_log_probs
+    if run.rl.max_staleness is not None and not run.algo.rollout_correction.enabled:
+        return "rollout"
     precision = str(run.trainer.get("precision", "32-true"))
     sharded_half = is_sharded(run.trainer) and bool((run.trainer.get("sharding") or {}).get("mixed_precision"))
     exact = (

@@ -22,7 +22,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from arl.agent.experts import expert_path
-from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0
+from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0, strategy_name
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
 from arl.envs.alfworld.data import spec_matches  # light (paths and globs; no alfworld package)
@@ -144,6 +144,12 @@ def _validate_async(run: RunSettings) -> None:
     trainer = run.trainer
     if trainer.get("devices", 1) != 1 or trainer.get("num_nodes", 1) != 1:
         why.append("several ranks (trainer.devices=1, trainer.num_nodes=1 only)")
+    if is_sharded(trainer):  # the mailbox copies plain tensors; a sharded module's are DTensors, even on one rank
+        why.append(f"a sharded trainer (strategy {strategy_name(trainer)}; trainer=cpu or trainer=gpu)")
+    if run.rl.old_log_probs == "recompute" and not run.algo.rollout_correction.enabled:
+        why.append("rl.old_log_probs=recompute without algo.rollout_correction (the ratio would be taken against the "
+                   "learner's weights, training stale turns as on-policy: rl.old_log_probs=auto or rollout takes the "
+                   "behaviour log-probs, or enable the correction for decoupled PPO)")
     if why:
         raise ConfigError(f"rl.max_staleness={run.rl.max_staleness} is not possible with " + "; ".join(why))
 
