@@ -3,6 +3,7 @@
 ``seed % 10`` picks the behaviour at the second step (``step`` number 2):
 
 - 3: raises ``RuntimeError``;
+- 4: returns a reward of NaN (valid JSON to Python, and what a buggy env computes);
 - 5: hangs in Python (``time.sleep``), which the worker's ``SIGALRM`` interrupts;
 - 7: kills its own process (``os._exit``), as a segfault would;
 - 8: hangs with ``SIGALRM`` blocked, as C code that no signal interrupts, so only the parent's
@@ -49,6 +50,8 @@ class FaultyEnv:
         if self.steps == 2:
             if kind == 3:
                 raise RuntimeError(f"env bug at seed {self.seed}")
+            if kind == 4:
+                return StepResult(f"{self.seed}:{self.steps}", float("nan"), False, self._info())
             if kind == 5:
                 time.sleep(3600)
             if kind == 7:

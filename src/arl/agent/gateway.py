@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import queue
 import secrets
 import threading
@@ -61,6 +62,33 @@ class Call:
     origin: str = ""  # the request's X-Session-ID header: the caller's name for the conversation ("" when none)
     index: int = -1  # its place among the session's calls, in the order they ended
     parent: int = -1  # trajectory: the index of the call whose stream it continues (-1: it starts a stream)
+    request: int = -1  # its place in the order the session's requests came in: what a report's call k means
+
+
+def _finite_number(value: Any) -> bool:
+    """A JSON number (not a boolean, not a string) that is finite: NaN and Infinity are valid JSON to Python's parser."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def report_problem(body: Any) -> str:
+    """Why a reward report is refused ("" when it is good): ``reward`` a finite number; ``won`` absent or a
+    JSON boolean (the string "false" would be truthy); ``rewards`` absent or a list of finite numbers;
+    ``invalid_calls`` a list of call indices; ``task_type`` a string."""
+    if not isinstance(body, dict):
+        return f"a reward report is a JSON object with a number 'reward'; got {body!r}"[:500]
+    if not _finite_number(body.get("reward")):
+        return f"'reward' must be a finite number; got {body.get('reward')!r}"[:500]
+    if "won" in body and not isinstance(body["won"], bool):
+        return f"'won' must be true or false (a JSON boolean); got {body['won']!r}"[:500]
+    rewards = body.get("rewards")
+    if rewards is not None and not (isinstance(rewards, list) and all(_finite_number(r) for r in rewards)):
+        return f"'rewards' must be a list of finite numbers, one per call; got {rewards!r}"[:500]
+    calls = body.get("invalid_calls", [])
+    if not (isinstance(calls, list) and all(isinstance(k, int) and not isinstance(k, bool) and k >= 0 for k in calls)):
+        return f"'invalid_calls' must be a list of call indices; got {calls!r}"[:500]
+    if not isinstance(body.get("task_type", ""), str):
+        return f"'task_type' must be a string; got {body['task_type']!r}"[:500]
+    return ""
 
 
 @dataclass
@@ -74,6 +102,8 @@ class Session:
     invalid_calls: tuple[int, ...] = ()
     rewards: tuple[float, ...] | None = None  # one per call, when the program reports them
     malformed: str = ""  # why a request of this session was refused ("" when none was)
+    reported: bool = False  # its one reward report came (good or refused)
+    requests: int = 0  # requests that came in (a call's ``request`` number)
     continued: set[int] = field(default_factory=set)  # trajectory: the calls a later call's stream continues
 
 
@@ -200,6 +230,9 @@ class RecordingGateway:
         except ValueError as err:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
+        with self._lock:  # numbered as they come in: concurrent calls may end in another order
+            request = session.requests
+            session.requests += 1
         prompt_ids, parent = self.render(session, messages, origin)
         if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
             session.malformed = (f"a prompt of {len(prompt_ids)} tokens passes the rollout's max_prompt_tokens "
@@ -210,7 +243,7 @@ class RecordingGateway:
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
         session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                  gen.finish_reason, origin, len(session.calls), parent))
+                                  gen.finish_reason, origin, len(session.calls), parent, request))
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
@@ -244,19 +277,28 @@ class RecordingGateway:
         return list(encode_prompt(self.tokenizer, messages)), -1
 
     def _report(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """A program's outcome report (module docstring): one per session. A second report, a reward that
+        is not a finite number, a ``won`` that is not a JSON boolean or per-call rewards that are not finite
+        numbers are refused (400, or 409 for the second) and fail the episode: nothing from outside the
+        program's first report, and no NaN or string, reaches training."""
         with self._lock:
             session = self.sessions.get(sid)
         if session is None:
             return 404, {"error": {"message": f"no session {sid!r}", "type": "not_found"}}
-        try:
+        problem = report_problem(body)
+        with self._lock:
+            if session.reported:
+                session.malformed = "a second reward report (a session takes one: the first stood, the episode fails)"
+                return 409, {"error": {"message": session.malformed, "type": "conflict"}}
+            session.reported = True
+            if problem:
+                session.malformed = problem
+                return 400, {"error": {"message": problem, "type": "invalid_request_error"}}
             reward = float(body["reward"])
-            invalid = tuple(int(k) for k in body.get("invalid_calls", ()))
-            rewards = None if body.get("rewards") is None else tuple(float(r) for r in body["rewards"])
-        except (TypeError, KeyError, ValueError):
-            session.malformed = f"a reward report needs a number 'reward'; got {body!r}"
-            return 400, {"error": {"message": session.malformed, "type": "invalid_request_error"}}
-        session.reward, session.won, session.rewards = reward, bool(body.get("won", reward > 0)), rewards
-        session.task_type, session.invalid_calls = str(body.get("task_type", "")), invalid
+            session.reward, session.won = reward, bool(body.get("won", reward > 0))
+            session.rewards = None if body.get("rewards") is None else tuple(float(r) for r in body["rewards"])
+            session.task_type = str(body.get("task_type", ""))
+            session.invalid_calls = tuple(int(k) for k in body.get("invalid_calls", ()))
         return 200, {"ok": True}
 
     # ---------------------------------------------------------------- the server

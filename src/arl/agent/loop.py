@@ -33,6 +33,7 @@ Two sample modes (docs/design.md section 7):
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -397,6 +398,12 @@ class AgentLoop:
             gen, text, parsed = answers[slot]
             result, err = results[slot]
             ep = s.episode
+            reward = float(result.reward)
+            if not math.isfinite(reward):  # an env's NaN or inf: the episode fails, counted, and is not trained on
+                if not err:
+                    log.warning("env=%s: episode %d: the env returned reward %s; the episode is failed",
+                                self.env_name, ep.episode_id, reward)
+                err, reward = True, 0.0
             ep.turns.append(
                 Turn(
                     prompt_ids=prompt,
@@ -406,7 +413,7 @@ class AgentLoop:
                     action=parsed.action if parsed.valid else "",
                     valid=parsed.valid,
                     reason=parsed.reason,
-                    reward=float(result.reward),
+                    reward=reward,
                     done=bool(result.done),
                     anchor_key=anchor_key(str(s.info.get("anchor", s.observation))),
                     truncated=gen.finish_reason == "length",
@@ -416,7 +423,7 @@ class AgentLoop:
                 )
             )
             s.history.append(
-                HistoryItem(s.observation, parsed.action if parsed.valid else f"invalid ({parsed.reason})", float(result.reward))
+                HistoryItem(s.observation, parsed.action if parsed.valid else f"invalid ({parsed.reason})", reward)
             )
             if err:
                 ep.env_error = True

@@ -9,7 +9,8 @@ from arl.agent.records import Episode
 from arl.utils.metrics import Metrics
 
 
-def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/", graded: bool = False) -> Metrics:
+def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/", graded: bool = False,
+                    failed_lose: bool = False) -> Metrics:
     """Success, return, length, validity and response-length statistics of ``episodes``, each
     with how it combines over ranks: ``env_errors`` adds up (episodes with an environment error
     count there only); episode means are weighted by the episodes without an error, turn means
@@ -17,18 +18,23 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/", grade
     ``success_rate/<type>`` by that type's episodes; ``response_len_max`` is a max; the group
     shares (``same_outcome_groups``, ``failed_groups``) by the groups of two episodes or more.
     ``graded`` (the env's :attr:`~arl.envs.base.EnvSpec.graded`) adds ``score``, the mean final score
-    x 100 (WebShop's paper metric), weighted by the episodes.
+    x 100 (WebShop's paper metric), weighted by the episodes. ``failed_lose`` (validation and evaluation):
+    success, score and success per type count a failed episode as a loss scoring 0, over every episode,
+    so that an env that breaks cannot raise them; training's rates stay over the episodes it trains on.
     """
     good = [e for e in episodes if not e.env_error]
     turns = [t for e in good for t in e.turns]
     out = Metrics()
     out.sum(f"{prefix}env_errors", len(episodes) - len(good))
+    judged = list(episodes) if failed_lose else good  # the episodes success and score are over
+    if judged:
+        out.mean(f"{prefix}success_rate", sum(e.won and not e.env_error for e in judged) / len(judged), len(judged))
+        if graded:
+            out.mean(f"{prefix}score", 100.0 * sum(0.0 if e.env_error else e.score for e in judged) / len(judged),
+                     len(judged))
     if not good:
         return out
-    out.mean(f"{prefix}success_rate", sum(e.won for e in good) / len(good), len(good))
     out.mean(f"{prefix}return_mean", sum(e.ret for e in good) / len(good), len(good))
-    if graded:
-        out.mean(f"{prefix}score", 100.0 * sum(e.score for e in good) / len(good), len(good))
     out.mean(f"{prefix}episode_len", sum(e.num_turns for e in good) / len(good), len(good))
     if turns:
         lens = [len(t.response_ids) for t in turns]
@@ -38,8 +44,8 @@ def episode_metrics(episodes: Sequence[Episode], prefix: str = "rollout/", grade
         out.mean(f"{prefix}truncated_ratio", sum(t.truncated for t in turns) / len(turns), len(turns))
     _group_outcomes(good, prefix, out)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    for e in good:
-        counts[e.task_type][0] += int(e.won)
+    for e in judged:
+        counts[e.task_type][0] += int(e.won and not e.env_error)
         counts[e.task_type][1] += 1
     rates = success_by_type([counts], prefix)
     for task_type, (_, played) in sorted(counts.items()):

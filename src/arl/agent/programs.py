@@ -25,6 +25,7 @@ one stream per episode; a call that rewrote the history begins a new stream (``T
 from __future__ import annotations
 
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -143,14 +144,25 @@ class GatewayLoop(ABC):
             failure = "no call to the model"
         if not failure and session.reward is None:
             failure = "no reward reported"
+        if not failure and not math.isfinite(session.reward):  # a rubric's NaN, say: no NaN reaches the advantages
+            failure = f"a reward that is not a finite number ({session.reward})"
+        calls = session.calls
+        if not failure and session.rewards is not None and len(session.rewards) != len(calls):
+            failure = f"reported {len(session.rewards)} per-call rewards for {len(calls)} calls"
+        if not failure and any(k >= len(calls) for k in session.invalid_calls):
+            failure = f"reported invalid calls {list(session.invalid_calls)} of {len(calls)} calls"
         episode = Episode(group_id=task.group_id, episode_id=episode_id, seed=task.seed, env_name=self.spec.name,
                           task_type=session.task_type or self.task_type)
-        calls, last = session.calls, len(session.calls) - 1
+        # a report's call k is the k-th request (concurrent calls may have ended in another order)
         per_call = session.rewards if session.rewards is not None and len(session.rewards) == len(calls) else None
-        order, starts = _streams(calls) if self.sample_mode == "trajectory" else (list(range(len(calls))), set())
+        order, starts = _streams(calls) if self.sample_mode == "trajectory" else (
+            sorted(range(len(calls)), key=lambda k: calls[k].request), set())
         for n, k in enumerate(order):
-            call, valid = calls[k], k not in session.invalid_calls
-            reward = per_call[k] if per_call is not None else (float(session.reward or 0.0) if k == last else 0.0)
+            call = calls[k]
+            valid = call.request not in session.invalid_calls
+            # without per-call rewards the return goes to the episode's last turn, the one marked done
+            reward = per_call[call.request] if per_call is not None else (
+                float(session.reward or 0.0) if n == len(order) - 1 else 0.0)
             episode.turns.append(Turn(
                 prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
                 response_text=call.text, action=call.text if valid else "", valid=valid,

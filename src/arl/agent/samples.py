@@ -185,16 +185,17 @@ def collate_episodes(episodes: Sequence[Episode], mode: str, pad_id: int) -> tup
 
 
 def episode_table(episodes: Sequence[Episode]) -> dict[str, torch.Tensor]:
-    """Per-episode results of the episodes without an environment error, shape (E,):
-    ``won`` (bool), ``ret`` and ``score`` (float: the env's final score, in [0, 1]), ``turns`` and
-    ``valid_turns`` (int64)."""
-    good = [e for e in episodes if not e.env_error]
+    """Per-episode results of every episode, shape (E,): ``won`` (bool; a failed episode is a loss),
+    ``ret`` and ``score`` (float: the env's final score, in [0, 1]; 0 for a failed episode), ``turns``
+    and ``valid_turns`` (int64), ``env_error`` (bool: the episode failed, a crashed or timed-out env,
+    a non-finite reward, a program that broke its contract)."""
     return {
-        "won": torch.tensor([bool(e.won) for e in good], dtype=torch.bool),
-        "ret": torch.tensor([float(e.ret) for e in good], dtype=torch.float32),
-        "score": torch.tensor([float(e.score) for e in good], dtype=torch.float32),
-        "turns": torch.tensor([len(e.turns) for e in good], dtype=torch.long),
-        "valid_turns": torch.tensor([sum(t.valid for t in e.turns) for e in good], dtype=torch.long),
+        "won": torch.tensor([bool(e.won) and not e.env_error for e in episodes], dtype=torch.bool),
+        "ret": torch.tensor([0.0 if e.env_error else float(e.ret) for e in episodes], dtype=torch.float32),
+        "score": torch.tensor([0.0 if e.env_error else float(e.score) for e in episodes], dtype=torch.float32),
+        "turns": torch.tensor([len(e.turns) for e in episodes], dtype=torch.long),
+        "valid_turns": torch.tensor([sum(t.valid for t in e.turns) for e in episodes], dtype=torch.long),
+        "env_error": torch.tensor([bool(e.env_error) for e in episodes], dtype=torch.bool),
     }
 
 

@@ -57,8 +57,9 @@ class RolloutBatch:
 
 @dataclass
 class ValidationBatch:
-    """Held-out episodes (this rank's share): ``results`` has (E,) ``won`` (bool), ``ret``
-    (float), ``turns`` and ``valid_turns`` (int64) of the episodes without an environment error;
+    """Held-out episodes (this rank's share): ``results`` has (E,) ``won`` (bool), ``ret`` and ``score``
+    (float), ``turns`` and ``valid_turns`` (int64) and ``env_error`` (bool) of every episode, a failed one a
+    loss (:func:`arl.agent.samples.episode_table`);
     ``protocol`` is ``val_sampled`` or ``val_greedy``; ``task_types`` names each row's task type
     (ALFWorld's six, MATH's two) and ``seeds`` its task seed (both empty when the batch predates them);
     ``records`` holds each row's :func:`~arl.agent.records.episode_record` (its turns as text);

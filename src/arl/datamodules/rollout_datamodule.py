@@ -184,10 +184,10 @@ class _ValStream(IterableDataset):
         dm = self.dm
         protocol = validation_protocol(dm.validation.sampling)
         for eps, seconds in validation_episodes(dm.agent_loop, dm.validation, dm.iteration, dm.rank_and_world(), dm.seed):
-            good = [e for e in eps if not e.env_error]  # the rows of episode_table
+            # every episode is a row: a failed one counts as a loss (val/env_errors says how many failed)
             yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
-                                  tuple(e.task_type for e in good), tuple(int(e.seed) for e in good),
-                                  tuple(episode_record(e) for e in good), graded=dm.agent_loop.spec.graded)
+                                  tuple(e.task_type for e in eps), tuple(int(e.seed) for e in eps),
+                                  tuple(episode_record(e) for e in eps), graded=dm.agent_loop.spec.graded)
 
 
 class RolloutDataModule(LightningDataModule):

@@ -492,18 +492,24 @@ class AgenticRLModule(LightningModule):
     def on_validation_epoch_start(self):
         self.val_by_type = {}
         self.val_graded = False
+        self.val_errors = 0
 
     def validation_step(self, batch: ValidationBatch, batch_idx: int):
+        """One validation batch: success (a failed episode is a loss) and score (0 for a failed one) over every
+        episode; the return and the valid-action ratio over the episodes that did not fail; the failed counted."""
         self.val_protocol = batch.protocol or self.val_protocol
         r = batch.results
         if not r["won"].numel():
             return
+        failed = r["env_error"] if "env_error" in r else torch.zeros_like(r["won"])
+        self.val_errors += int(failed.sum())
         self.val_success.update(r["won"].float())
-        self.val_return.update(r["ret"])
+        if bool((~failed).any()):
+            self.val_return.update(r["ret"][~failed])
         if batch.graded:
             self.val_graded = True
             self.val_score.update(100.0 * r["score"])
-        played = r["turns"] > 0  # the valid-action ratio is over turns, as rollout/valid_action_ratio and eval.py count it
+        played = (r["turns"] > 0) & ~failed  # over turns, as rollout/valid_action_ratio and eval.py count it
         if played.any():
             turns = r["turns"][played].float()
             self.val_valid.update(r["valid_turns"][played].float() / turns, weight=turns)
@@ -520,9 +526,10 @@ class AgenticRLModule(LightningModule):
         }
         # every rank's per-type counts, and whether it saw a graded batch: a rank whose share of the validation
         # was empty saw none, and the ranks must agree before the score's compute (a collective)
-        by_type, graded = zip(*dist_utils.all_gather_object((self.val_by_type, self.val_graded)))
+        by_type, graded, errors = zip(*dist_utils.all_gather_object((self.val_by_type, self.val_graded, self.val_errors)))
         if any(graded):
             values["val/score"] = self.val_score.compute()
+        values["val/env_errors"] = torch.tensor(float(sum(errors)))  # failed episodes, counted as losses above
         # for checkpoint monitors; the values are global already (sync_dist averages equal values)
         self.log_dict(values, on_step=False, on_epoch=True, logger=False, sync_dist=True)
         # the RL iteration, for checkpoint names (callbacks.model_checkpoint: best-iter<k>.ckpt)

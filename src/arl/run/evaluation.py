@@ -52,7 +52,8 @@ def run_validation(
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
-    return with_protocol_names(episode_metrics(episodes, "val/", graded=loop.spec.graded), validation_protocol(plan.sampling))
+    metrics = episode_metrics(episodes, "val/", graded=loop.spec.graded, failed_lose=True)
+    return with_protocol_names(metrics, validation_protocol(plan.sampling))
 
 
 def run_config_file(ckpt: Path) -> Path | None:
