@@ -102,3 +102,136 @@ def test_per_call_rewards_follow_the_order_of_the_requests(tiny):
     assert [t.reward for t in episode.turns] == [5.0, 7.0] and [t.valid for t in episode.turns] == [True, False]
     session = Session(calls=[call("second", 0, 1), call("first", 1, 0)], reward=2.0)
     assert [t.reward for t in loop._episode(session, Task(0, 1), 0, "").turns] == [0.0, 2.0]
+
+
+GOOD = CALL_THEN.replace("for _ in range(CALLS)", "CALLS = 1\nfor _ in range(CALLS)") + BEHAVIOURS["good"][1] + "\n"
+
+# a child that detaches (its own session), outlives the program and reports a win a second later
+CHILD = """
+import json, os, time, urllib.request
+time.sleep(1.0)
+open(os.environ['MARK'], 'w').write('alive')
+urllib.request.urlopen(urllib.request.Request(os.environ['ARL_REWARD_URL'], data=json.dumps({'reward': 9.0, 'won': True})
+                       .encode(), headers={'Content-Type': 'application/json'}, method='POST'), timeout=5)
+"""
+DETACHED_CHILD = CALL_THEN.replace("for _ in range(CALLS)", "CALLS = 1\nfor _ in range(CALLS)") + f"""
+import subprocess, sys
+subprocess.Popen([sys.executable, '-c', {CHILD!r}], start_new_session=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+post(os.environ['ARL_REWARD_URL'], b'{{"reward": 0.0, "won": false}}')
+"""
+
+
+@pytest.mark.parametrize("isolation, detach", [("pid_namespace", True), ("process_group", False),
+                                               ("process_group", True)])
+def test_nothing_a_program_started_outlives_it_nor_reports_for_it(tiny, tmp_path, isolation, detach):
+    """The program reports a loss and leaves a child that would report a win a second later: the loss stands
+    (the session closed with the program: the child's report is refused), and the child is killed with the
+    program, in its PID namespace, or in its process group unless it left the group (``setsid``: the one
+    escape of ``process_group`` isolation, docs/environments.md)."""
+    import os
+    import time
+
+    from arl.agent.programs import pid_namespace_works
+
+    if isolation == "pid_namespace" and not pid_namespace_works():
+        pytest.skip("bubblewrap cannot make a PID namespace here")
+    mark = tmp_path / "mark"
+    program = DETACHED_CHILD if detach else DETACHED_CHILD.replace("start_new_session=True", "start_new_session=False")
+    os.environ["MARK"] = str(mark)
+    try:
+        (episode,) = _play(tiny, ["python", "-c", program], n_tasks=1, isolation=isolation, pass_env=["MARK"])
+    finally:
+        del os.environ["MARK"]
+    assert not episode.env_error and not episode.won and episode.ret == 0.0
+    time.sleep(2.0)
+    if not (isolation == "process_group" and detach):
+        assert not mark.exists()  # the child never ran on past its program
+
+
+def test_the_program_gets_no_secret_of_the_trainer(tiny, tmp_path):
+    """A variable outside the allow-list (a tracker key) does not reach the program; PATH and the episode's do."""
+    import os
+
+    seen = tmp_path / "seen.txt"
+    spy = GOOD + f"open({str(seen)!r}, 'w').write(repr(sorted(os.environ)))\n"
+    os.environ["WANDB_API_KEY"] = "secret"
+    try:
+        (episode,) = _play(tiny, ["python", "-c", spy], n_tasks=1)
+    finally:
+        del os.environ["WANDB_API_KEY"]
+    names = eval(seen.read_text())  # noqa: S307 - the list the test's own program wrote
+    assert not episode.env_error
+    assert "WANDB_API_KEY" not in names and {"PATH", "OPENAI_BASE_URL", "ARL_REWARD_URL", "ARL_TASK_SEED"} <= set(names)
+
+
+@pytest.mark.parametrize("name, code", [
+    ("non-utf8-output", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' * 100000)\nsys.stderr.buffer.write(b'\\xff')\n"
+                        "raise SystemExit(3)"),
+    ("much-output", "import sys\nsys.stdout.write('x' * 50_000_000)\n"),
+])
+def test_program_output_of_any_size_or_encoding_fails_at_most_its_episode(tiny, name, code):
+    chooser = (f"import os\nbad, good = {code!r}, {GOOD!r}\n"
+               "exec(compile(bad if os.environ['ARL_GROUP_ID'] == '0' else good, 'program', 'exec'))\n")
+    episodes = _play(tiny, ["python", "-c", chooser])
+    assert [e.env_error for e in episodes] == [True, False], name  # "much-output" made no call: failed
+
+
+def test_a_program_that_cannot_start_fails_its_episodes(tiny):
+    episodes = _play(tiny, ["/no/such/interpreter", "agent.py"])
+    assert [e.env_error for e in episodes] == [True, True]
+
+
+def test_too_many_calls_or_a_huge_body_fail_only_their_episode(tiny):
+    import time
+
+    many = CALL_THEN.replace("for _ in range(CALLS)", "CALLS = 6\nfor _ in range(CALLS)") + BEHAVIOURS["good"][1] + "\n"
+    huge = GOOD.replace("'content': 'Hi'", "'content': 'Hi ' * 3_000_000")
+    for bad in (many, huge):
+        chooser = (f"import os\nbad, good = {bad!r}, {GOOD!r}\n"
+                   "exec(compile(bad if os.environ['ARL_GROUP_ID'] == '0' else good, 'program', 'exec'))\n")
+        t0 = time.perf_counter()
+        episodes = _play(tiny, ["python", "-c", chooser], max_calls=4)
+        assert [e.env_error for e in episodes] == [True, False]
+        assert time.perf_counter() - t0 < 30  # refused before it is read whole or tokenised
+
+
+def test_stop_waits_for_the_engine_call_in_progress(tiny):
+    """The learner may update the policy once the gateway has stopped: stop() returns only after the engine call
+    in progress ended (a slow engine: generation takes 3 s), and a call that ends after its session closed is
+    not recorded into it."""
+    import threading
+    import time
+
+    import httpx
+
+    from arl.agent.gateway import RecordingGateway
+    from arl.rollout.engine import SamplingParams
+    from arl.rollout.hf_engine import HFEngine
+
+    class SlowEngine(HFEngine):
+        busy = False
+
+        def generate(self, prompts, params):
+            SlowEngine.busy = True
+            time.sleep(3.0)
+            try:
+                return super().generate(prompts, params)
+            finally:
+                SlowEngine.busy = False
+
+    model, tok = tiny
+    gateway = RecordingGateway(SlowEngine(model, tok), tok, SamplingParams(**GREEDY)).start()
+    sid = gateway.open_session()
+    answers = []
+    caller = threading.Thread(target=lambda: answers.append(httpx.post(
+        f"{gateway.base_url(sid)}/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}]},
+        timeout=30).status_code))
+    caller.start()
+    time.sleep(1.0)
+    assert SlowEngine.busy
+    session = gateway.close_session(sid)  # the episode ends while its call is sampled
+    gateway.stop()
+    assert not SlowEngine.busy  # stop() came back after the engine call, not during it
+    caller.join(timeout=30)
+    assert answers in ([404], [500]) and session.calls == []  # the late call was not recorded into the closed session

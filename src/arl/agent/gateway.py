@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 #: where the gateway listens: this machine only (the programs it serves run beside the rollout)
 HOST = "127.0.0.1"
+TOO_LARGE = object()  # a request body past max_body_bytes (not read further)
 
 
 @dataclass
@@ -151,10 +152,15 @@ class RecordingGateway:
             every call afresh.
         max_prompt_tokens: a call whose prompt is longer is refused (HTTP 400; its episode fails), so that
             one over-long conversation cannot fail the engine call of every request batched with it.
+        max_calls: calls an episode may make; the next is refused (HTTP 429) and fails the episode (each call is
+            a training sample holding the whole conversation: an agent in a loop would grow memory without end).
+        max_body_bytes: a request body larger than this is refused (HTTP 413) before it is read or tokenised,
+            so that one huge body cannot stall the server's event loop for every other episode.
     """
 
     def __init__(self, engine, tokenizer, params: SamplingParams, max_batch_size: int = 64,
-                 trajectory: TrajectoryTemplate | None = None, max_prompt_tokens: int | None = None):
+                 trajectory: TrajectoryTemplate | None = None, max_prompt_tokens: int | None = None,
+                 max_calls: int = 256, max_body_bytes: int = 2 * 2**20):
         self.engine = engine
         self.tokenizer = tokenizer
         self.params = params
@@ -162,6 +168,9 @@ class RecordingGateway:
         self.max_prompt_tokens = max_prompt_tokens
         self.host = HOST
         self.max_batch_size = int(max_batch_size)
+        self.max_calls = int(max_calls)
+        self.max_body_bytes = int(max_body_bytes)
+        self._stopping = False  # stop() began: new calls are refused, the batcher finishes the engine call it is in
         self.sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
         self._requests: queue.Queue = queue.Queue()
@@ -191,11 +200,18 @@ class RecordingGateway:
 
     # ---------------------------------------------------------------- the engine side
     def _batcher(self) -> None:
-        """Take the waiting requests, up to a batch, and sample them in one engine call."""
+        """Take the waiting requests, up to a batch, and sample them in one engine call; at the stop sentinel,
+        fail what is still queued (their handlers answer, nothing waits for ever) and end."""
         while True:
             first = self._requests.get()
             if first is None:
-                return
+                while True:
+                    try:
+                        item = self._requests.get_nowait()
+                    except queue.Empty:
+                        return
+                    if item is not None:
+                        item[1].set_exception(RuntimeError("the gateway stopped before this call was sampled"))
             batch = [first]
             while len(batch) < self.max_batch_size:
                 try:
@@ -231,6 +247,11 @@ class RecordingGateway:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
         with self._lock:  # numbered as they come in: concurrent calls may end in another order
+            if self._stopping:
+                return 503, {"error": {"message": "the gateway is stopping (the rollout ended)", "type": "unavailable"}}
+            if session.requests >= self.max_calls:
+                session.malformed = f"more than {self.max_calls} calls in one episode (the gateway's max_calls)"
+                return 429, {"error": {"message": session.malformed, "type": "rate_limit_exceeded"}}
             request = session.requests
             session.requests += 1
         prompt_ids, parent = self.render(session, messages, origin)
@@ -239,11 +260,17 @@ class RecordingGateway:
                                  f"({self.max_prompt_tokens})")
             return 400, {"error": {"message": session.malformed, "type": "context_length_exceeded"}}
         future: Future = Future()
-        self._requests.put((prompt_ids, future))
+        with self._lock:
+            if self._stopping:
+                return 503, {"error": {"message": "the gateway is stopping (the rollout ended)", "type": "unavailable"}}
+            self._requests.put((prompt_ids, future))
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                  gen.finish_reason, origin, len(session.calls), parent, request))
+        with self._lock:
+            if self.sessions.get(sid) is not session:  # the episode ended while this call was sampled: not recorded
+                return 404, {"error": {"message": f"session {sid!r} ended during the call", "type": "not_found"}}
+            session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
+                                      gen.finish_reason, origin, len(session.calls), parent, request))
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
@@ -304,13 +331,31 @@ class RecordingGateway:
     # ---------------------------------------------------------------- the server
     def _app(self) -> Starlette:
         async def body_of(request: Request) -> Any:
+            """The JSON body, None when it is not JSON, or TOO_LARGE past ``max_body_bytes`` (read no further)."""
+            declared = request.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+                return TOO_LARGE
+            data = bytearray()
+            async for chunk in request.stream():
+                data += chunk
+                if len(data) > self.max_body_bytes:
+                    return TOO_LARGE
             try:
-                return await request.json()
-            except Exception:  # noqa: BLE001 - not JSON: the checks below refuse it
+                return json.loads(bytes(data))
+            except ValueError:  # not JSON (nor UTF-8): the checks below refuse it
                 return None
+
+        def too_large(sid: str) -> JSONResponse:
+            message = f"a request body over {self.max_body_bytes} bytes (the gateway's max_body_bytes)"
+            with self._lock:
+                if sid in self.sessions:
+                    self.sessions[sid].malformed = message
+            return JSONResponse({"error": {"message": message, "type": "request_too_large"}}, status_code=413)
 
         async def completions(request: Request) -> Response:
             body = await body_of(request)
+            if body is TOO_LARGE:
+                return too_large(request.path_params["sid"])
             status, payload = await self._complete(request.path_params["sid"], body,
                                                    request.headers.get("x-session-id", ""))
             if status == 200 and isinstance(body, dict) and body.get("stream"):
@@ -319,7 +364,10 @@ class RecordingGateway:
             return JSONResponse(payload, status_code=status)
 
         async def reward(request: Request) -> JSONResponse:
-            status, payload = self._report(request.path_params["sid"], await body_of(request))
+            body = await body_of(request)
+            if body is TOO_LARGE:
+                return too_large(request.path_params["sid"])
+            status, payload = self._report(request.path_params["sid"], body)
             return JSONResponse(payload, status_code=status)
 
         return Starlette(routes=[
@@ -344,12 +392,19 @@ class RecordingGateway:
         return self
 
     def stop(self) -> None:
-        """Stop the server and the batcher."""
+        """Stop the server and the batcher. New calls are refused from here on (503), and this returns only once
+        the batcher has finished the engine call it is in: the caller may then update the policy (or put the
+        engine to sleep) with no gateway thread generating with it."""
+        with self._lock:
+            self._stopping = True
+            self._requests.put(None)
         if self._server is not None:
             self._server.should_exit = True
-        self._requests.put(None)
         for t in self._threads:
             t.join(timeout=10.0)
+            while t.name == "arl-gateway-batcher" and t.is_alive():  # inside engine.generate: wait it out
+                log.warning("the gateway waits for the engine call in progress before it stops")
+                t.join(timeout=30.0)
         self._threads = []
 
     def __enter__(self) -> Self:

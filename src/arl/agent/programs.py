@@ -27,8 +27,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -87,12 +90,13 @@ class GatewayLoop(ABC):
     """
 
     def __init__(self, engine: RolloutEngine, tokenizer, env_name: str, task_type: str, timeout_s: float,
-                 max_concurrency: int):
+                 max_concurrency: int, max_calls: int = 256):
         self.engine = engine
         self.tokenizer = tokenizer
         self.task_type = task_type
         self.timeout_s = float(timeout_s)
         self.max_concurrency = int(max_concurrency)
+        self.max_calls = int(max_calls)  # calls an episode may make; the next fails it (the gateway's max_calls)
         self.spec = EnvSpec(name=env_name, max_turns=0, invalid_action="", render_prompt=_no_prompt,
                             check_admissible=False)
         self.sample_mode = "turn"
@@ -123,7 +127,7 @@ class GatewayLoop(ABC):
                  for i, task in enumerate(tasks) for member in range(group_size)]
         batch = getattr(self.engine, "max_batch_size", 64)
         with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch, trajectory=self.template,
-                              max_prompt_tokens=self.max_prompt_tokens) as gateway:
+                              max_prompt_tokens=self.max_prompt_tokens, max_calls=self.max_calls) as gateway:
             episodes = self._play_all(gateway, slots)
             stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
                                  generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
@@ -182,8 +186,44 @@ class GatewayLoop(ABC):
         """Nothing stays up between rollouts (each starts and stops its gateway)."""
 
 
+#: the trainer's environment variables a program gets (with ``pass_env``'s): what a program needs to find its
+#: interpreter, packages, locale and certificates, and no credential (tracker keys, hub tokens stay out)
+ALLOWED_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+               "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+               "ARL_CACHE", "PIP_FIND_LINKS", "OMP_NUM_THREADS")
+ISOLATIONS = ("auto", "pid_namespace", "process_group")
+OUTPUT_TAIL = 4096  # bytes of a failed program's stderr quoted in its failure (the rest is read and dropped)
+
+
+def pid_namespace_works() -> bool:
+    """Whether bubblewrap can give a program a PID namespace of its own here (``bwrap`` installed and user
+    namespaces allowed): the program then sees no other process, and every process it leaves is killed when it
+    ends, however it detached."""
+    if shutil.which("bwrap") is None:
+        return False
+    try:
+        return subprocess.run(["bwrap", "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "true"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def program_env(sid_env: dict[str, str], pass_env: Sequence[str] = ()) -> dict[str, str]:
+    """A program's environment: the allow-listed variables of this process (:data:`ALLOWED_ENV`, ``LC_*``, and
+    the names in ``pass_env``), then the episode's own (``sid_env``: its endpoint, reward URL and task)."""
+    names = set(ALLOWED_ENV) | set(pass_env)
+    kept = {k: v for k, v in os.environ.items() if k in names or k.startswith("LC_")}
+    return {**kept, **sid_env}
+
+
 class ProgramLoop(GatewayLoop):
     """Rollouts by an agent program (module docstring).
+
+    A program runs with an environment built from an allow-list (:func:`program_env`: no trainer secret reaches
+    it), in a PID namespace of its own where bubblewrap allows it (it sees no other episode's process, and all it
+    started dies with it), else in its own process group, killed whole when it ends. Its stdout is discarded and
+    its stderr read as bytes (the tail quoted when it fails), so output of any size or encoding costs nothing
+    and a program that cannot start fails only its episode.
 
     Args:
         engine: the rollout engine the gateway serves.
@@ -192,35 +232,79 @@ class ProgramLoop(GatewayLoop):
         task_type: the episodes' task type when the program reports none.
         timeout_s: seconds a run may take before it is killed (a failed episode).
         max_concurrency: program runs at once.
+        max_calls: calls an episode may make; the next is refused and fails the episode.
+        isolation: ``auto`` (a PID namespace where bubblewrap works, else a process group), ``pid_namespace``
+            (refused where bubblewrap cannot) or ``process_group``.
+        pass_env: names of further variables of the trainer's environment the program needs.
     """
 
     def __init__(self, engine: RolloutEngine, tokenizer, command: Sequence[str], task_type: str = "program",
-                 timeout_s: float = 120.0, max_concurrency: int = 64):
+                 timeout_s: float = 120.0, max_concurrency: int = 64, max_calls: int = 256,
+                 isolation: str = "auto", pass_env: Sequence[str] = ()):
         if not command:
             raise ValueError("env=program needs env.kwargs.command: the agent program and its arguments")
-        super().__init__(engine, tokenizer, PROGRAM_ENV, task_type, timeout_s, max_concurrency)
+        if isolation not in ISOLATIONS:
+            raise ValueError(f"env.kwargs.isolation={isolation!r}; valid: {', '.join(ISOLATIONS)}")
+        super().__init__(engine, tokenizer, PROGRAM_ENV, task_type, timeout_s, max_concurrency, max_calls)
         self.command = [sys.executable if part == "python" else str(part) for part in command]
+        self.pass_env = tuple(str(n) for n in pass_env)
+        namespace = isolation != "process_group" and pid_namespace_works()
+        if isolation == "pid_namespace" and not namespace:
+            raise ValueError("env.kwargs.isolation=pid_namespace needs bubblewrap with user namespaces (apt-get install "
+                             "bubblewrap); env.kwargs.isolation=process_group runs without it")
+        self.isolation = "pid_namespace" if namespace else "process_group"
 
     def _play_all(self, gateway: RecordingGateway, slots: list[tuple[Task, int, int]]) -> list[Episode]:
         """One program run an episode, at most ``max_concurrency`` at once."""
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(slots)))) as workers:
             return list(workers.map(lambda slot: self._play(gateway, *slot), slots))
 
+    def _argv(self) -> list[str]:
+        if self.isolation == "pid_namespace":
+            return ["bwrap", "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent",
+                    "--", *self.command]
+        return list(self.command)
+
     def _play(self, gateway: RecordingGateway, task: Task, member: int, episode_id: int) -> Episode:
         sid = gateway.open_session()
-        env = {**os.environ, "OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
-               "ARL_REWARD_URL": f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward",
-               "ARL_TASK_SEED": str(task.seed), "ARL_GROUP_ID": str(task.group_id), "ARL_MEMBER": str(member)}
-        failure = ""
-        try:
-            done = subprocess.run(self.command, env=env, capture_output=True, text=True, timeout=self.timeout_s,
-                                  check=False)
-            if done.returncode != 0:
-                failure = f"exit code {done.returncode}: {done.stderr.strip()[-300:]}"
-        except subprocess.TimeoutExpired:
-            failure = f"no end after {self.timeout_s:g} s (killed)"
+        env = program_env({"OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
+                           "ARL_REWARD_URL": f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward",
+                           "ARL_TASK_SEED": str(task.seed), "ARL_GROUP_ID": str(task.group_id),
+                           "ARL_MEMBER": str(member)}, self.pass_env)
+        failure = run_program(self._argv(), env, self.timeout_s)
         session = gateway.close_session(sid)
         return self._episode(session, task, episode_id, failure)
+
+
+def run_program(argv: Sequence[str], env: dict[str, str], timeout_s: float) -> str:
+    """Run one program to its end (or ``timeout_s``) in a process group of its own, then kill the group, so that
+    nothing it started outlives it; returns why the episode failed ("" when it exited 0)."""
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=err, start_new_session=True)
+        except OSError as exc:  # a missing interpreter, a file that is not executable
+            return f"the program could not start: {exc}"
+        try:
+            code = proc.wait(timeout=timeout_s)
+            failure = "" if code == 0 else f"exit code {code}: {_tail(err)}"
+        except subprocess.TimeoutExpired:
+            failure = f"no end after {timeout_s:g} s (killed)"
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group: what the program started and left behind
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    return failure
+
+
+def _tail(file) -> str:
+    """The last :data:`OUTPUT_TAIL` bytes of ``file``, decoded whatever their encoding, stripped."""
+    file.seek(0, os.SEEK_END)
+    size = file.tell()
+    file.seek(max(0, size - OUTPUT_TAIL))
+    return file.read().decode("utf-8", errors="replace").strip()[-300:]
 
 
 __all__ = ["GatewayLoop", "ProgramLoop"]
