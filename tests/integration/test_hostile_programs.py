@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from arl_testing import ROOT
-
 pytest.importorskip("uvicorn", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
@@ -36,8 +34,8 @@ BEHAVIOURS = {
     "rewards-miscounted": ("CALLS = 2", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"rewards\": [1.0]}')"),
     "invalid-call-out-of-range": ("CALLS = 1",
                                   "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"invalid_calls\": [5]}')"),
-    "second-report": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 0.0}')\n"
-                                   "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"won\": true}')"),
+    "second-report": ("CALLS = 1", ("post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 0.0}')\n"
+                                    "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"won\": true}')")),
     "not-json": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'reward=1')"),
 }
 
@@ -151,6 +149,7 @@ def test_nothing_a_program_started_outlives_it_nor_reports_for_it(tiny, tmp_path
 
 def test_the_program_gets_no_secret_of_the_trainer(tiny, tmp_path):
     """A variable outside the allow-list (a tracker key) does not reach the program; PATH and the episode's do."""
+    import ast
     import os
 
     seen = tmp_path / "seen.txt"
@@ -160,14 +159,14 @@ def test_the_program_gets_no_secret_of_the_trainer(tiny, tmp_path):
         (episode,) = _play(tiny, ["python", "-c", spy], n_tasks=1)
     finally:
         del os.environ["WANDB_API_KEY"]
-    names = eval(seen.read_text())  # noqa: S307 - the list the test's own program wrote
+    names = ast.literal_eval(seen.read_text())  # the list the test's own program wrote
     assert not episode.env_error
     assert "WANDB_API_KEY" not in names and {"PATH", "OPENAI_BASE_URL", "ARL_REWARD_URL", "ARL_TASK_SEED"} <= set(names)
 
 
 @pytest.mark.parametrize("name, code", [
-    ("non-utf8-output", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' * 100000)\nsys.stderr.buffer.write(b'\\xff')\n"
-                        "raise SystemExit(3)"),
+    ("non-utf8-output", ("import sys\nsys.stdout.buffer.write(b'\\xff\\xfe' * 100000)\n"
+                         "sys.stderr.buffer.write(b'\\xff')\nraise SystemExit(3)")),
     ("much-output", "import sys\nsys.stdout.write('x' * 50_000_000)\n"),
 ])
 def test_program_output_of_any_size_or_encoding_fails_at_most_its_episode(tiny, name, code):

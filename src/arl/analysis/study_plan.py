@@ -81,7 +81,7 @@ def load_plan(path: Path | str) -> StudyPlan:
         raise FileNotFoundError(f"no plan file at {path}")
     text = yaml.safe_load(path.read_text()) or {}
     if not isinstance(text, dict):
-        raise ValueError(f"{path}: a plan is a mapping of keys, got {type(text).__name__}")
+        raise ValueError(f"{path}: a plan is a mapping of keys, got {type(text).__name__}")  # noqa: TRY004 - a file's fault
     missing = [k for k in REQUIRED if k not in text]
     if missing:
         raise ValueError(f"{path}: the plan lacks {', '.join(missing)} (see arl.analysis.study_plan)")
