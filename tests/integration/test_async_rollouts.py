@@ -4,7 +4,8 @@
   and the same final weights;
 - no trained turn is older than the bound: with the learner slowed down the rollout process plays
   ahead exactly as far as ``max_staleness`` lets it, never further (over the recorded versions);
-- a killed staleness-0 run resumes to the synchronous run's weights.
+- a killed staleness-0 run resumes to the synchronous run's weights, also when the checkpoint it resumes from
+  was written right after a validation (the runs validate every two iterations, and are killed at the third).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import scale_helpers as sh
 from arl_testing import ROOT
 
 OVERRIDES = [
-    "debug=smoke", "bc.enabled=false", "rl.iterations=4", "rl.val_every=4", "rollout.val_episodes=2",
+    "debug=smoke", "bc.enabled=false", "rl.iterations=4", "rl.val_every=2", "rollout.val_episodes=2",
     "rollout.max_new_tokens=8", "env.max_turns=3", "algo.filter.name=none", "rl.ckpt_every=1",
 ]
 EXACT = 1e-6

@@ -160,8 +160,9 @@ def validation_episodes(
     ``shard[0]`` of ``shard[1]`` only. Yields (episodes, seconds) per engine batch.
 
     Sampled validation draws from its own torch generator state, seeded by (``seed``,
-    ``iteration``, first episode), inside ``torch.random.fork_rng``: the same weights validate to
-    the same episodes, and validating (or not, or how often) never moves the training stream.
+    ``iteration``, first episode), and every global RNG (python, numpy, torch, CUDA) is put back after each
+    batch: the same weights validate to the same episodes, and validating (or not, or how often) never moves
+    the training stream.
     """
     seeds = val_task_seeds(plan.episodes)
     lo, hi = rank_share(len(seeds), *shard)
@@ -169,10 +170,12 @@ def validation_episodes(
         chunk = seeds[start : min(start + plan.batch_size, hi)]
         tasks = [Task(group_id=start + i, seed=s) for i, s in enumerate(chunk)]
         t0 = time.perf_counter()
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-        with torch.random.fork_rng(devices=devices):
+        training_stream = dist_utils.capture_rng()  # python, numpy, torch (+CUDA): put back whatever happens
+        try:
             torch.manual_seed(int(np.random.SeedSequence([int(seed), int(iteration), start]).generate_state(1)[0]))
             eps = loop.run(tasks, 1, plan.sampling, first_episode_id=start)
+        finally:
+            dist_utils.restore_rng(training_stream)
         yield eps, time.perf_counter() - t0
 
 
@@ -265,11 +268,14 @@ class RolloutDataModule(LightningDataModule):
         self._seeded = True
 
     # ------------------------------------------------------------------ loaders
+    # Each loader has a generator of its own: a DataLoader draws its base seed when an iterator is made, from
+    # the global torch RNG unless given one, and a validation (its loader made between two training iterations)
+    # would move the training stream by that draw.
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0)
+        return DataLoader(_TrainStream(self), batch_size=None, num_workers=0, generator=torch.Generator())
 
     def val_dataloader(self) -> DataLoader:
-        return DataLoader(_ValStream(self), batch_size=None, num_workers=0)
+        return DataLoader(_ValStream(self), batch_size=None, num_workers=0, generator=torch.Generator())
 
     # ------------------------------------------------------------------ one iteration
     def prepare_rng(self) -> None:

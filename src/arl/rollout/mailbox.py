@@ -1,16 +1,24 @@
 """Policy weights handed from the learner to a rollout process that keeps playing (asynchronous RL).
 
-The learner publishes its weights after every update into a :class:`WeightMailbox`: one copy of the
-policy's state dict in shared memory, a version counter (the number of updates behind those
-weights) and a lock. The rollout process never waits for the learner to write: before each engine
-call it looks at the version and, when a newer one is there, loads the mailbox into its engine
-(:meth:`WeightMailbox.refresh`), so the episodes in flight go on with the newer weights from their
-next turn. The learner never waits for a generation either: it only waits for a copy to finish.
+The learner publishes its weights after every update into a :class:`WeightMailbox`: two slots, each one flat
+buffer of shared memory holding the whole state dict (a view per tensor, so two file descriptors however
+many tensors the policy has), each with its version and a sequence number. A publish writes the slot the
+reader was not last pointed at (its sequence number odd while it writes), then points the reader at it: the
+learner never takes a lock and never waits (a rollout process killed in the middle of a load cannot block
+it). Before each engine call the rollout process looks at the newest slot and, when it holds a newer
+version than its engine has, loads it (:meth:`WeightMailbox.refresh`) and checks that the slot's sequence
+number did not move meanwhile; when it did (the learner published twice during one load and came round to
+that slot), it loads again. So the episodes in flight go on with the newer weights from their next turn,
+and no torn state is ever kept.
 
 :class:`VersionedEngine` wraps the rollout process's engine: it refreshes before every ``generate``
 and stamps each :class:`~arl.rollout.engine.Generation` with the version that sampled it, which the
 agent loop records on the turn (``Turn.policy_version``). A turn never spans a refresh (the
 lockstep schedule calls the engine once per turn), so a turn's version is every one of its tokens'.
+
+The rollout process builds its policy from a skeleton (:func:`skeleton`: the module with its tensors on the
+meta device, a few kilobytes pickled) and the mailbox's first slot (:func:`materialize`), not from a second
+pickled copy of the weights.
 
 With ``max_staleness=0`` the learner also hands over its random-number states with each version
 (:meth:`WeightMailbox.publish` ``rng=``), and the rollout process continues from them
@@ -20,6 +28,8 @@ synchronous loop does, which makes staleness 0 the synchronous run token for tok
 
 from __future__ import annotations
 
+import copy
+import math
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -40,37 +50,78 @@ def _get(messages, stop: Callable[[], bool]) -> Any:
     return None
 
 
+ALIGN = 64  # bytes: every tensor's view starts on such a boundary of its slot
+
+
 class WeightMailbox:
-    """The policy's weights in shared memory, their version, and the random states handed with them.
+    """The policy's weights in two slots of shared memory, their versions, and the random states handed with
+    them (module docstring).
 
     Made by the learner (:meth:`of`) before the rollout process starts, and handed to it as a process
-    argument (the tensors travel as shared memory, not as copies).
+    argument (the two flat buffers travel as shared memory, not as copies). Slot 0 starts with the weights
+    ``of`` was given, as version -1.
     """
 
-    def __init__(self, tensors: dict[str, torch.Tensor], ctx):
-        self.tensors = tensors
-        self.version = ctx.Value("q", -1, lock=False)  # -1: nothing published yet
-        self.lock = ctx.Lock()
+    def __init__(self, layout: list[tuple[str, torch.dtype, tuple[int, ...], int]], nbytes: int, ctx):
+        self.layout = layout  # (name, dtype, shape, byte offset) of each tensor in a slot
+        self.slots = [torch.zeros(max(1, nbytes), dtype=torch.uint8).share_memory_() for _ in range(2)]
+        self.seq = ctx.Array("q", [0, 0], lock=False)  # per slot: odd while the learner writes it
+        self.slot_version = ctx.Array("q", [-1, -1], lock=False)
+        self.latest = ctx.Value("q", 0, lock=False)  # the slot the reader should take
         self.rng_states = ctx.Queue()  # (version, states) when the learner chains its random stream
         self.start = ctx.Queue()  # (iteration, states): where the rollout process starts, sent once
-        self._local = -1  # the version the reading side last copied (per process)
+        self._local = -2  # the version the reading side last loaded (per process; -2: none yet)
+        self._views: dict[int, dict[str, torch.Tensor]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_views"} | {"_views": {}}
 
     @classmethod
     def of(cls, model, ctx) -> WeightMailbox:
-        """A mailbox shaped like ``model``'s state dict (floating and integer buffers alike), on the CPU."""
-        tensors = {name: t.detach().to("cpu", copy=True).share_memory_() for name, t in model.state_dict().items()}
-        return cls(tensors, ctx)
+        """A mailbox shaped like ``model``'s state dict (floating and integer buffers alike), on the CPU, its
+        first slot holding the model's weights now (version -1)."""
+        layout, offset = [], 0
+        state = model.state_dict()
+        for name, t in state.items():
+            layout.append((name, t.dtype, tuple(t.shape), offset))
+            offset += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+        box = cls(layout, offset, ctx)
+        box._write(0, state)
+        return box
+
+    def views(self, slot: int) -> dict[str, torch.Tensor]:
+        """``{name: tensor}`` of ``slot``: views into its flat buffer (made once per process)."""
+        if slot not in self._views:
+            flat = self.slots[slot]
+            out = {}
+            for name, dtype, shape, offset in self.layout:
+                n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                out[name] = flat[offset:offset + n].view(dtype).view(shape)
+            self._views[slot] = out
+        return self._views[slot]
+
+    @property
+    def version(self) -> int:
+        """The newest published version (-1: only the weights the mailbox was made with)."""
+        return int(self.slot_version[self.latest.value])
+
+    @torch.no_grad()
+    def _write(self, slot: int, state: dict[str, torch.Tensor]) -> None:
+        targets = self.views(slot)
+        for name, target in targets.items():
+            target.copy_(state[name].detach())
 
     # ---------------------------------------------------------------- the learner's side
     @torch.no_grad()
     def publish(self, model, version: int, rng: dict[str, Any] | None = None) -> None:
-        """Copy ``model``'s weights in as ``version`` (with the learner's random states ``rng`` when
-        the streams are chained)."""
-        state = model.state_dict()
-        with self.lock:
-            for name, target in self.tensors.items():
-                target.copy_(state[name].detach())
-            self.version.value = int(version)
+        """Copy ``model``'s weights in as ``version`` (with the learner's random states ``rng`` when the streams
+        are chained), into the slot the reader is not pointed at; never waits for the reader."""
+        slot = 1 - self.latest.value
+        self.seq[slot] += 1  # odd: being written
+        self._write(slot, model.state_dict())
+        self.slot_version[slot] = int(version)
+        self.seq[slot] += 1  # even: whole
+        self.latest.value = slot
         if rng is not None:
             self.rng_states.put((int(version), rng))
 
@@ -85,21 +136,35 @@ class WeightMailbox:
         return _get(self.start, stop)
 
     @torch.no_grad()
+    def load_into(self, load: Callable[[Any], None], poll_s: float = 0.001) -> int:
+        """Give ``load`` (an engine's ``load_weights``, or a module's loader) the newest slot's tensors when they
+        hold a newer version than this process last took, again until the slot did not change under the
+        load; returns the version now loaded."""
+        while True:
+            slot = self.latest.value
+            before = self.seq[slot]
+            version = int(self.slot_version[slot])
+            if version == self._local:
+                return version
+            if before % 2:  # the learner is writing it (it published twice in a row): look again
+                time.sleep(poll_s)
+                continue
+            load(self.views(slot).items())
+            if self.seq[slot] == before:
+                self._local = version
+                return version
+
     def refresh(self, engine) -> int:
         """Load the mailbox into ``engine`` (its ``load_weights``: the transformers engine copies into its
         module, vLLM reloads) when it holds a newer version than this process last took; returns the
         version the engine now has."""
-        if self.version.value != self._local:
-            with self.lock:
-                engine.load_weights(self.tensors.items())
-                self._local = int(self.version.value)
-        return self._local
+        return self.load_into(engine.load_weights)
 
     def wait_for(self, version: int, stop: Callable[[], bool], poll_s: float = 0.005) -> float:
         """Block until a version >= ``version`` is published (or ``stop()`` says to give up); returns
         the seconds waited."""
         t0 = time.perf_counter()
-        while self.version.value < version and not stop():
+        while self.version < version and not stop():
             time.sleep(poll_s)
         return time.perf_counter() - t0
 
@@ -113,6 +178,34 @@ class WeightMailbox:
             if got > version:
                 raise RuntimeError(f"random states of version {got} came while waiting for version {version}")
         return None
+
+
+def skeleton(model) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(``model`` with every parameter and persistent buffer on the meta device, its non-persistent buffers):
+    what the rollout process builds its policy from, no weights copied (tied weights stay tied)."""
+    persistent = set(model.state_dict().keys())
+    memo: dict[int, Any] = {}
+    extra: dict[str, torch.Tensor] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        memo.setdefault(id(p), torch.nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad))
+    for name, b in model.named_buffers(remove_duplicate=False):
+        memo.setdefault(id(b), torch.empty_like(b, device="meta"))
+        if name not in persistent:  # rotary frequencies and the like: not in the state dict, so carried here
+            extra[name] = b.detach().to("cpu", copy=True)
+    return copy.deepcopy(model, memo), extra
+
+
+@torch.no_grad()
+def materialize(model, extra: dict[str, torch.Tensor], mailbox: WeightMailbox):
+    """The rollout process's policy from a :func:`skeleton` and the mailbox's newest slot, on the CPU."""
+    model = model.to_empty(device="cpu")
+    for name, value in extra.items():
+        owner, _, attr = name.rpartition(".")
+        (model.get_submodule(owner) if owner else model)._buffers[attr] = value
+    if callable(getattr(model, "tie_weights", None)):
+        model.tie_weights()
+    mailbox.load_into(lambda items: model.load_state_dict(dict(items), strict=True))
+    return model.eval()
 
 
 class VersionedEngine:

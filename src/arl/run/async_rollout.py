@@ -5,7 +5,8 @@ while the episodes play. With ``rl.max_staleness=k`` the episodes play in a *rol
 never stops, and the learner trains on the batches it hands over:
 
 - **the rollout process** (:func:`rollout_process`) builds its own engine, agent loop and
-  DataModule from the run's settings around a copy of the policy, and rolls out iteration after
+  DataModule from the run's settings around the policy (its structure pickled, its weights read from the
+  mailbox: no second copy of them travels), and rolls out iteration after
   iteration exactly as the synchronous DataModule does (DAPO's re-rollout rounds included). Before
   every engine call it takes the newest weights the learner published
   (:class:`~arl.rollout.mailbox.VersionedEngine`), so an episode's later turns may come from newer
@@ -21,7 +22,9 @@ never stops, and the learner trains on the batches it hands over:
 ``max_staleness=0`` is the synchronous loop in two processes: rollout ``i`` waits for the weights
 after update ``i - 1``, and the two processes hand the random states over with the batches and the
 weights, so they consume one random stream in the synchronous order: the same episodes token for
-token and the same weights, also after a kill and resume (tests hold both). Runs with ``k > 0``
+token and the same weights to float rounding (a max difference of about 1e-7 after four updates on
+the CPU; the tests bound it at 1e-6: not bit for bit), also after a kill and resume, and with
+validations in between (a validation moves no random stream). Runs with ``k > 0``
 depend on timing (which turn the newer weights arrive at), as every asynchronous trainer's do; their
 rollout process starts from the learner's random states and then keeps its own stream.
 
@@ -29,9 +32,11 @@ rollout process starts from the learner's random states and then keeps its own s
 finished and the learner had not trained yet, with their versions (:meth:`AsyncRollouts.state_dict`,
 in the DataModule's state). A resumed run trains those first, exactly as they were played, and its
 new rollout process starts after them, from the random states the last of them left. At ``k = 0``
-nothing is ever queued at a checkpoint, so the run continues exactly (a test). At ``k > 0`` the batch
-that was being played when the kill came is played again from the same random states, on the
-checkpoint's weights: which turn newer weights reach depended on timing before and does again.
+a batch is queued at a checkpoint only when a validation came between (the rollout process played the
+next batch meanwhile); either way the run continues exactly (a test kills it right after a validation).
+At ``k > 0`` the batch that was being played when the kill came is played again from the same random
+states, starting on the checkpoint's weights and taking whatever newer weights the resumed learner
+publishes meanwhile: which turn newer weights reach depended on timing before and does again.
 
 Validation stays in the learner process, on its own engine (the transformers engine shares the
 policy module, so it costs no copy). What is not offered yet, each stopped at start-up
@@ -43,7 +48,6 @@ the vLLM run equals the synchronous vLLM run too (``make test-vllm``).
 
 from __future__ import annotations
 
-import copy
 import ctypes
 import io
 import os
@@ -51,6 +55,7 @@ import queue
 import signal
 import time
 import traceback
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,7 +66,7 @@ import torch
 from arl.datamodules.batches import RolloutBatch
 from arl.distributed.ranks import capture_rng, restore_rng
 from arl.distributed.threads import configure_threads
-from arl.rollout.mailbox import VersionedEngine, WeightMailbox
+from arl.rollout.mailbox import VersionedEngine, WeightMailbox, materialize, skeleton
 from arl.run.builders import build_agent_loop, build_engine, build_rollout_datamodule
 from arl.run.settings import RunSettings
 
@@ -70,12 +75,13 @@ POLL_SECONDS = 1.0  # how often a learner waiting for a batch looks whether the 
 
 @dataclass
 class RolloutSpec:
-    """What the rollout process is built from (pickled into it): the run's settings, a CPU copy of the
-    policy and its tokenizer, the padding id. The iteration it starts at and its random states come
+    """What the rollout process is built from (pickled into it): the run's settings, the policy's skeleton
+    (its weights come from the mailbox) and its tokenizer, the padding id. The iteration it starts at and its random states come
     with the first weights (:meth:`AsyncRollouts.publish`)."""
 
     run: RunSettings
-    model: Any
+    model: Any  # the policy's skeleton (arl.rollout.mailbox.skeleton): its structure, no weights
+    extra: dict  # its non-persistent buffers
     tokenizer: Any
     pad_id: int
 
@@ -110,7 +116,8 @@ def rollout_process(spec: RolloutSpec, mailbox: WeightMailbox, batches, stop_eve
         torch.set_grad_enabled(False)
         k = int(run.rl.max_staleness)
         chained = k == 0
-        engine = VersionedEngine(build_engine(run.rollout, spec.model, spec.tokenizer), mailbox)
+        model = materialize(spec.model, spec.extra, mailbox)
+        engine = VersionedEngine(build_engine(run.rollout, model, spec.tokenizer), mailbox)
         loop = build_agent_loop(run.env, run.rollout, engine, spec.tokenizer)
         dm = build_rollout_datamodule(run, loop, spec.pad_id)
         first = mailbox.first_message(stop)  # the iteration to start at and the random states to start from
@@ -174,12 +181,14 @@ class AsyncRollouts:
         self.mailbox = WeightMailbox.of(model, ctx)
         self.batches = ctx.Queue()
         self.stop = ctx.Event()
-        worker_model = copy.deepcopy(model).to("cpu").eval()
-        spec = RolloutSpec(run, worker_model, tokenizer, pad_id)
+        structure, extra = skeleton(model)  # no second copy of the weights: the mailbox holds them
+        spec = RolloutSpec(run, structure, extra, tokenizer, pad_id)
+        # not daemonic: it starts env worker processes of its own (rollout.n_workers), which a daemonic process may
+        # not; it ends with the learner all the same (PR_SET_PDEATHSIG, and close() at exit)
         self.process = ctx.Process(target=rollout_process, args=(spec, self.mailbox, self.batches, self.stop),
-                                   name="arl-rollout", daemon=True)
+                                   name="arl-rollout", daemon=False)
         self.process.start()
-        del worker_model
+        self._finalizer = weakref.finalize(self, _stop_process, self.process, self.stop)
         self.published = -1
         self._last_taken: float | None = None
         self.received: deque[bytes] = deque()  # batches taken off the pipe, not yet trained (in order)
@@ -273,6 +282,14 @@ class AsyncRollouts:
                 self.batches.get(timeout=0.1)
             except queue.Empty:
                 pass
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=5.0)
+        self._finalizer()
+
+
+def _stop_process(process, stop) -> None:
+    """Stop the rollout process now (also at interpreter exit, when no one called ``close``: a non-daemonic
+    child would otherwise be waited for); killed if it does not end at once."""
+    stop.set()
+    process.join(timeout=2.0)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5.0)

@@ -117,3 +117,23 @@ def test_rollout_metrics_reduce_to_exact_global_means(monkeypatch):
     assert module.transfer_batch_to_device(batch, torch.device("cpu"), 0).metrics is per_rank[0]
     with pytest.raises(TypeError):
         move_data_to_device(batch, torch.device("cpu"))
+
+
+def test_a_validation_leaves_the_training_stream_where_it_was():
+    """Validating between two iterations (its loader's iterator made, its episodes sampled with every global
+    RNG) leaves python's, numpy's and torch's states as they were: the next training batch draws the same."""
+    from arl.distributed.ranks import capture_rng
+
+    torch.manual_seed(0)
+    loop = _FakeLoop()
+    dm = _dm(loop)
+    dm.next_train_batch()
+    before = capture_rng()
+    for _ in dm.val_dataloader():
+        pass
+    after = capture_rng()
+    assert loop.calls[-1][1] == 0 and len(loop.calls) == 2  # the validation ran its episodes
+    assert before["python"] == after["python"]
+    assert torch.equal(before["torch"], after["torch"])
+    assert all(torch.equal(v, after["numpy"][k]) if torch.is_tensor(v) else v == after["numpy"][k]
+               for k, v in before["numpy"].items())
