@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 
 from arl.agent.loop import AgentLoop
-from arl.agent.parsing import parse_response
+from arl.agent.parsing import env_verdict, parse_response
 from arl.agent.prompts import HistoryItem
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.registry import make_env
@@ -62,6 +62,7 @@ def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0
             admissible = info.get("admissible_actions") if loop.spec.check_admissible else None
             parsed = parse_response(text, admissible)
             result = env.step(parsed.action if parsed.valid else loop.spec.invalid_action)
+            parsed = env_verdict(parsed, result.info)
             ep.turns.append(
                 Turn(prompt, ids, [0.0] * len(ids), text, parsed.action, parsed.valid, parsed.reason,
                      float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))), observation=obs)

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arl.agent.parsing import ParsedAction, parse_response
+from arl.agent.parsing import ParsedAction, env_verdict, parse_response
 from arl.agent.prompts import (
     HistoryItem,
     TemplateError,
@@ -390,13 +390,14 @@ class AgentLoop:
         self, r: Rollout, active: list[int], prompts: list[list[int]], answers: dict[int, Answer],
         results: dict[int, tuple[StepResult, bool]], labels: dict[int, tuple[Any, str]],
     ) -> list[int]:
-        """Append each active slot's turn to its episode and history and take in the env's answer
-        (the next observation and info, won, score, an env error); returns the slots still playing."""
+        """Append each active slot's turn to its episode and history and take in the env's answer (the next
+        observation and info, won, score, an env error, its verdict on the action); returns the slots still playing."""
         still_active = []
         for slot, prompt in zip(active, prompts):
             s = r.slots[slot]
             gen, text, parsed = answers[slot]
             result, err = results[slot]
+            parsed = parsed if err else env_verdict(parsed, result.info)  # info["invalid_action"]: an invalid turn
             ep = s.episode
             reward = float(result.reward)
             if not math.isfinite(reward):  # an env's NaN or inf: the episode fails, counted, and is not trained on

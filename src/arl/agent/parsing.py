@@ -4,17 +4,23 @@ A response is valid when, after stripping surrounding white space, it is exactly
 block followed by exactly one ``<action>`` block (white space allowed between them), the action is
 not empty, and, for environments with admissible actions, the action is one of them. Anything
 else is an invalid action: the caller sends the environment's no-op and records the reason.
+
+A valid action can still be refused by the environment: one that answers its step with
+``info["invalid_action"]`` true makes the turn invalid after all (:func:`env_verdict`), with the
+same consequences (the format penalty, the valid-action ratio).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 TAGS = ("<think>", "</think>", "<action>", "</action>")
 _FORMAT = re.compile(r"<think>(.*?)</think>\s*<action>(.*?)</action>", re.DOTALL)
 _SPACES = re.compile(r"\s+")
+REJECTED_BY_ENV = "rejected by env"  # the reason of a well-formed action the env marked invalid
 
 
 @dataclass(frozen=True)
@@ -69,3 +75,12 @@ def parse_response(text: str, admissible: Sequence[str] | None = None) -> Parsed
                 return ParsedAction(True, candidate, "", think)
         return ParsedAction(False, action, "not admissible", think)
     return ParsedAction(True, action, "", think)
+
+
+def env_verdict(parsed: ParsedAction, info: Mapping[str, Any]) -> ParsedAction:
+    """``parsed`` after the environment's answer to it: a valid action the env marked
+    ``info["invalid_action"]`` (true) becomes invalid, reason :data:`REJECTED_BY_ENV` (its text kept);
+    anything else is returned as it is."""
+    if parsed.valid and info.get("invalid_action"):
+        return ParsedAction(False, parsed.action, REJECTED_BY_ENV, parsed.think)
+    return parsed

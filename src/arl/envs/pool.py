@@ -45,8 +45,14 @@ log = logging.getLogger(__name__)
 START_INFO = {"task": "", "task_type": "unknown", "admissible_actions": None, "won": False, "score": 0.0, "anchor": ""}
 
 
-class EnvTimeout(Exception):
-    """An environment call ran past the pool's ``step_timeout``."""
+class EnvTimeout(BaseException):
+    """An environment call ran past the pool's ``step_timeout``.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is: it interrupts the env's code wherever that was,
+    so an env's (or an adapter's) own ``except Exception`` must not take it for a rejected action and
+    play on from a state the interrupted step already changed; it reaches the pool, which fails the
+    episode (``env_error``).
+    """
 
 
 def _failed_step() -> StepResult:

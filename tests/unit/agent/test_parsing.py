@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arl.agent.parsing import parse_response
+from arl.agent.parsing import REJECTED_BY_ENV, env_verdict, parse_response
 
 MOVES = ["up", "down", "left", "right"]
 
@@ -51,3 +51,12 @@ def test_never_raises_and_invalid_has_reason(text):
     assert p.valid == (p.reason == "")
     if p.valid:
         assert p.action in MOVES
+
+
+def test_env_verdict_makes_a_refused_valid_action_invalid():
+    valid = parse_response("<think>t</think><action>go</action>")
+    refused = env_verdict(valid, {"invalid_action": True})
+    assert not refused.valid and refused.reason == REJECTED_BY_ENV and refused.action == "go" and refused.think == "t"
+    assert env_verdict(valid, {"invalid_action": False}) == valid and env_verdict(valid, {}) == valid
+    broken = parse_response("go")
+    assert env_verdict(broken, {"invalid_action": True}) == broken  # already invalid: its own reason stays
