@@ -148,6 +148,37 @@ class SlowLearner(Callback):
         time.sleep(self.seconds)
 
 
+class SignalRollout(Callback):
+    """Send ``sig`` (a signal's name: SIGKILL, SIGSTOP) to the rollout process after update ``iteration`` and
+    write the wall time of it to ``stamp``: the test measures how soon after it the learner stopped."""
+
+    def __init__(self, iteration: int, sig: str, stamp: str):
+        self.iteration, self.sig, self.stamp = int(iteration), getattr(signal, sig), Path(stamp)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.iteration == self.iteration:
+            from arl.callbacks.weight_sync import WeightPush
+
+            (push,) = [cb for cb in trainer.callbacks if isinstance(cb, WeightPush)]
+            os.kill(push.rollouts.process.pid, self.sig)
+            self.stamp.write_text(repr(time.time()))
+
+
+class FakeSpikeAt(Callback):
+    """A grad-norm spike in update ``iteration``'s metrics, before the collapse detector reads them."""
+
+    def __init__(self, iteration: int):
+        self.iteration = int(iteration)
+
+    def setup(self, trainer, pl_module, stage):
+        trainer.callbacks.remove(self)  # first of all: the config's callbacks (the detector) come after it
+        trainer.callbacks.insert(0, self)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if pl_module.iteration == self.iteration:
+            pl_module.last_metrics["actor/grad_norm"] = 1.0e6
+
+
 # --------------------------------------------------------------------------- fixed rollouts
 def master_weight_probe(dtype: str = "float32", lr: float = 1.0e-6) -> float:
     """One AdamW step at ``lr`` on the tiny model sharded by FSDP2 as ``trainer=fsdp2`` shards it

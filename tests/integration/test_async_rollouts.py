@@ -13,6 +13,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,9 +87,12 @@ def test_staleness_zero_is_the_synchronous_run(synchronous, tmp_path):
 def test_no_trained_turn_is_older_than_the_bound(k, tmp_path):
     """The learner sleeps 4 s after each update: the rollout process (about 1-2 s a batch here) plays
     ahead on older weights until the bound stops it: the batches are stale (on a quiet machine staleness
-    reaches k) and never past the bound."""
+    reaches k) and never past the bound. At k = 2 the episodes play in two env worker processes, which the
+    rollout process starts (as every GPU preset has it)."""
     slow = ["+callbacks.slow._target_=scale_helpers.SlowLearner", "+callbacks.slow.seconds=4"]
-    done = _cli([f"rl.max_staleness={k}", *slow, *_record(tmp_path / "batches")], tmp_path / "logs", f"async{k}")
+    workers = ["rollout.n_workers=2"] if k == 2 else []
+    done = _cli([f"rl.max_staleness={k}", *slow, *workers, *_record(tmp_path / "batches")], tmp_path / "logs",
+                f"async{k}")
     assert done.returncode == 0, done.stderr[-3000:]
     ages = []
     for b in _batches(tmp_path / "batches"):
@@ -141,6 +145,41 @@ def test_a_resumed_run_trains_the_batches_its_checkpoint_queued(tmp_path):
             assert torch.equal(value, after[table][key]), (table, key)
     versions = after["turns"]["policy_version"]
     assert int(2 - versions.min()) <= 2
+
+
+@pytest.mark.parametrize("sig, message", [
+    ("SIGKILL", "the rollout process died"),  # killed anywhere, a weight load included: the mailbox has no lock
+    ("SIGSTOP", "has shown no progress for"),  # hung: the watchdog
+])
+def test_the_learner_stops_with_a_message_soon_after_its_rollout_process_dies_or_hangs(sig, message, tmp_path):
+    stamp = tmp_path / "signalled"
+    hit = ["+callbacks.hit._target_=scale_helpers.SignalRollout", "+callbacks.hit.iteration=1",
+           f"+callbacks.hit.sig={sig}", f"+callbacks.hit.stamp={stamp}"]
+    done = _cli(["rl.max_staleness=1", "rl.rollout_watchdog_s=5", *hit], tmp_path / "logs", "hit")
+    ended = time.time()
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-3000:]
+    assert ended - float(stamp.read_text()) < 45  # the watchdog's 5 s, the batch in flight, the exit's
+    assert "Traceback" in done.stderr  # a failed run's usual record, not a hang to be killed from outside
+
+
+def test_a_collapse_rollback_trains_nothing_the_collapsed_policy_played(tmp_path):
+    """k = 1, the learner slowed, snapshots every 3 iterations (at 0 and 3): a spike in update 2 rolls the policy
+    back to iteration 0's weights. The rollout process had played ahead on version 1 (a policy now rolled
+    back); every batch trained after the rollback comes from the rolled-back weights (published as version 2)
+    or newer."""
+    slow = ["+callbacks.slow._target_=scale_helpers.SlowLearner", "+callbacks.slow.seconds=4"]
+    spike = ["+callbacks.spike._target_=scale_helpers.FakeSpikeAt", "+callbacks.spike.iteration=2"]
+    collapse = ["callbacks.collapse.action=rollback", "callbacks.collapse.min_history=1",
+                "callbacks.collapse.snapshot_every=3", "callbacks.collapse.kl_threshold=null",
+                "callbacks.collapse.valid_drop=null"]
+    done = _cli(["rl.max_staleness=1", *slow, *spike, *collapse, *_record(tmp_path / "batches")], tmp_path / "logs",
+                "rollback")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "collapse" in done.stdout and "rollback" in done.stdout
+    batches = _batches(tmp_path / "batches")
+    assert len(batches) == 4
+    for b in batches[2:]:
+        assert int(b["turns"]["policy_version"].min()) >= 2, b["turns"]["policy_version"]
 
 
 @pytest.mark.vllm

@@ -154,9 +154,10 @@ def _functions(src: Path = SRC.parent):
 
 LONG_FUNCTIONS_MAX = 3  # over 50 lines, docstring included: the loss, vLLM's set-up, the plan's advice
 # over 6 parameters (self excluded): constructors whose keyword parameters are their config keys (the four
-# environments' env.kwargs, the collapse detector's and the SFT stage's Hydra groups), load_policy, vLLM's
-# engine and the Sokoban level generator
-WIDE_FUNCTIONS_MAX = 10
+# environments' env.kwargs and the agent program env's with its episode runner and recording gateway, whose limits
+# they pass on, the collapse detector's and the SFT stage's Hydra groups), load_policy, vLLM's engine and the Sokoban
+# level generator
+WIDE_FUNCTIONS_MAX = 13
 
 
 def test_functions_stay_short_and_narrow():

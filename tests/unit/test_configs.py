@@ -225,6 +225,8 @@ def test_asynchronous_rl_refuses_what_it_does_not_offer_yet():
     """rl.max_staleness: the transformers engine, the lockstep schedule and one rank only; the key's range."""
     assert validate_config(compose(["rl.max_staleness=2"])).rl.max_staleness == 2
     assert validate_config(compose([])).rl.max_staleness is None  # synchronous by default
+    assert validate_config(compose(["rl.max_staleness=1", "rollout=vllm", "trainer=gpu",
+                                    "rollout.vllm.gpu_memory_utilization=0.4"])).rl.max_staleness == 1
     for overrides, message in (
         (["rl.max_staleness=1", "rollout.schedule=episode"], "rollout.schedule=episode"),
         (["rl.max_staleness=1", "trainer.devices=2"], "several ranks"),
@@ -233,6 +235,9 @@ def test_asynchronous_rl_refuses_what_it_does_not_offer_yet():
         (["rl.max_staleness=1", "trainer=fsdp2_cpu", "trainer.devices=1"], "a sharded trainer"),
         # a trainer pass for pi_old would anchor a stale turn's ratio to the learner: on-policy in disguise
         (["rl.max_staleness=1", "rl.old_log_probs=recompute"], "rl.old_log_probs=recompute without"),
+        # the learner's vLLM (validation) and the rollout process's on one GPU: each reserves its share
+        (["rl.max_staleness=1", "rollout=vllm", "trainer=gpu"], "two vLLM engines share the device"),
+        (["rl.rollout_watchdog_s=-1"], "rl.rollout_watchdog_s=-1 is out of range"),
     ):
         with pytest.raises(ConfigError, match=message):
             validate_config(compose(overrides))

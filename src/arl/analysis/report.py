@@ -76,6 +76,18 @@ def validation_line(runs: list[Run]) -> str:
     return f"Validation: {size}." + (f" Best checkpoints (by validation success): {'; '.join(best)}." if best else "")
 
 
+def _plots(runs, out_dir: Path) -> list[Path]:
+    """The report's figures: the settings' bars and the per-type plot first (when the runs give them), the curves."""
+    plots = plot_curves(runs, out_dir)
+    bars = plot_settings(runs, out_dir)
+    if bars is not None:
+        plots.insert(0, bars)
+    by_type = plot_types(runs, out_dir)
+    if by_type is not None:
+        plots.insert(1 if bars is not None else 0, by_type)
+    return plots
+
+
 def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None,
                  plan: StudyPlan | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``).
@@ -90,13 +102,7 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
     common = runs[0].common
     n_bc = sum(r.bc_only for r in runs)
     out_dir = Path(out_dir) if out_dir else multirun / "report"
-    plots = plot_curves(runs, out_dir)
-    bars = plot_settings(runs, out_dir)
-    if bars is not None:
-        plots.insert(0, bars)
-    by_type = plot_types(runs, out_dir)
-    if by_type is not None:
-        plots.insert(1 if bars is not None else 0, by_type)
+    plots = _plots(runs, out_dir)
     parts = [
         f"# Report: {multirun.name}",
         (f"{len(runs)} runs from `{shown_path(multirun)}`. Success is the validation success rate "

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -183,8 +184,6 @@ def departures_section(plan: StudyPlan, runs: Iterable[Run], root: Path | None =
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m arl.analysis.study_plan exports <plan.yaml>``: the plan's settings as shell ``export`` lines."""
-    import sys
-
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] != "exports":
         print("usage: python -m arl.analysis.study_plan exports <plan.yaml>", file=sys.stderr)

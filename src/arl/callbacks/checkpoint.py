@@ -49,7 +49,7 @@ class IterationCheckpoint(Checkpoint):
         if self.every <= 0:
             return False
         it = int(getattr(pl_module, "iteration", trainer.global_step))
-        total = getattr(trainer.datamodule, "iterations", None)
+        total = planned_iterations(trainer)
         return it > 0 and it != self.last_saved_iteration and (it % self.every == 0 or (total is not None and it >= total))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -96,6 +96,13 @@ class IterationCheckpoint(Checkpoint):
 
     def load_state_dict(self, state_dict):
         self.last_saved_iteration = state_dict.get("last_saved_iteration")
+
+
+def planned_iterations(trainer) -> int | None:
+    """The RL stage's iteration count (the rollout DataModule's plan), None for a fit without one."""
+    dm = getattr(trainer, "datamodule", None)
+    total = getattr(getattr(dm, "plan", None), "iterations", None)
+    return int(total) if isinstance(total, int) else None
 
 
 def _remove(path: Path) -> None:

@@ -7,6 +7,7 @@ import time
 
 from lightning import Callback
 
+from arl.callbacks.checkpoint import planned_iterations
 from arl.utils.logging import console
 
 _FIELDS = (
@@ -44,7 +45,7 @@ class IterationLog(Callback):
         it = getattr(pl_module, "iteration", batch_idx + 1)
         if it % self.every:
             return
-        total = getattr(trainer.datamodule, "iterations", "?")
+        total = planned_iterations(trainer) or "?"
         parts = [f"it {it}/{total}"]
         for key, short, fmt in _FIELDS:
             if key in metrics:

@@ -17,6 +17,7 @@ import time
 
 from lightning import Callback
 
+from arl.callbacks.collapse import CollapseDetector
 from arl.distributed.fsdp import SHARDED_STRATEGIES, GatheredWeights, full_state_dict, is_fsdp2, iter_full_tensors
 
 
@@ -59,10 +60,15 @@ class EngineStart(Callback):
 
 class WeightSync(EngineStart):
     """Keeps the rollout engine's weights those of the trained policy (see the module docstring);
-    builds the engine in ``setup`` (:class:`EngineStart`)."""
+    builds the engine in ``setup`` (:class:`EngineStart`).
 
-    def __init__(self, engine):
+    With ``each_update=False`` (asynchronous RL: the learner's engine only validates, the rollout process
+    has its own) the engine is loaded before each validation and at the end of training instead of after
+    every update, and sleeps in between."""
+
+    def __init__(self, engine, each_update: bool = True):
         super().__init__(engine)
+        self.each_update = bool(each_update)
         self.seconds = 0.0
 
     def on_fit_start(self, trainer, pl_module):
@@ -82,6 +88,19 @@ class WeightSync(EngineStart):
         Runs after every other callback's batch-end hook."""
         for optimizer in trainer.optimizers:
             optimizer.zero_grad(set_to_none=True)
+        if not self.each_update:
+            return
+        self._sync(trainer, pl_module)
+
+    def on_validation_start(self, trainer, pl_module):
+        if not self.each_update and trainer.state.fn == "fit":  # outside fit, training left the engine current
+            self._sync(trainer, pl_module)
+
+    def on_train_end(self, trainer, pl_module):
+        if not self.each_update:
+            self._sync(trainer, pl_module)
+
+    def _sync(self, trainer, pl_module) -> None:
         t0 = time.perf_counter()
         sync_engine(self.engine, trainer, pl_module)
         self.seconds = time.perf_counter() - t0
@@ -98,12 +117,18 @@ class WeightPush(Callback):
     def __init__(self, rollouts, datamodule):
         self.rollouts = rollouts  # an arl.run.async_rollout.AsyncRollouts
         self.datamodule = datamodule  # its RNG states (a resumed run's) are restored before the first publish
+        self.rollbacks = 0
 
     def on_train_start(self, trainer, pl_module):
         self.datamodule.prepare_rng()
+        self.rollbacks = _rollbacks(trainer)
         self.rollouts.publish(pl_module.policy, pl_module.iteration)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        rollbacks = _rollbacks(trainer)
+        if rollbacks != self.rollbacks:  # the collapse detector rolled the policy back: what the collapsed policy
+            self.rollbacks = rollbacks  # played (queued, in the pipe, in play) is dropped, a new process plays on
+            self.rollouts.restart(pl_module.policy)
         self.rollouts.publish(pl_module.policy, pl_module.iteration)
 
     def on_fit_end(self, trainer, pl_module):
@@ -111,3 +136,8 @@ class WeightPush(Callback):
 
     def on_exception(self, trainer, pl_module, exception):
         self.rollouts.close()
+
+
+def _rollbacks(trainer) -> int:
+    """How many rollbacks the run's collapse detector made (0 without one)."""
+    return sum(cb.rollbacks for cb in trainer.callbacks if isinstance(cb, CollapseDetector))

@@ -69,7 +69,8 @@ class WeightMailbox:
         self.slot_version = ctx.Array("q", [-1, -1], lock=False)
         self.latest = ctx.Value("q", 0, lock=False)  # the slot the reader should take
         self.rng_states = ctx.Queue()  # (version, states) when the learner chains its random stream
-        self.start = ctx.Queue()  # (iteration, states): where the rollout process starts, sent once
+        self.start = ctx.Queue()  # (iteration, states, own stream): where the rollout process starts, sent once
+        self.heartbeat = ctx.Value("d", 0.0, lock=False)  # wall time of the rollout process's last sign of progress
         self._local = -2  # the version the reading side last loaded (per process; -2: none yet)
         self._views: dict[int, dict[str, torch.Tensor]] = {}
 
@@ -125,14 +126,25 @@ class WeightMailbox:
         if rng is not None:
             self.rng_states.put((int(version), rng))
 
-    def start_at(self, iteration: int, rng: dict[str, Any]) -> None:
-        """Tell the rollout process where to start: the first iteration it plays and its random states."""
-        self.start.put((int(iteration), rng))
+    def start_at(self, iteration: int, rng: dict[str, Any], own_stream: bool = False) -> None:
+        """Tell the rollout process where to start: the first iteration it plays, its random states, and whether
+        it forks a stream of its own from them (the learner goes on drawing from the same states)."""
+        self.start.put((int(iteration), rng, bool(own_stream)))
+
+    def beat(self) -> None:
+        """The rollout process is making progress (an engine call started or ended, or it waits for weights)."""
+        self.heartbeat.value = time.time()
+
+    @property
+    def silent_s(self) -> float | None:
+        """Seconds since the rollout process's last sign of progress; None before its first."""
+        last = float(self.heartbeat.value)
+        return None if last <= 0 else max(0.0, time.time() - last)
 
     # ---------------------------------------------------------------- the rollout process's side
-    def first_message(self, stop: Callable[[], bool]) -> tuple[int, dict[str, Any]] | None:
-        """(the iteration to start at, the random states to start from), once the learner sent them; None
-        when ``stop()`` says to give up first."""
+    def first_message(self, stop: Callable[[], bool]) -> tuple[int, dict[str, Any], bool] | None:
+        """(the iteration to start at, the random states to start from, whether to fork a stream of its own),
+        once the learner sent them; None when ``stop()`` says to give up first."""
         return _get(self.start, stop)
 
     @torch.no_grad()
@@ -165,6 +177,7 @@ class WeightMailbox:
         the seconds waited."""
         t0 = time.perf_counter()
         while self.version < version and not stop():
+            self.beat()  # waiting for the learner is not a hang
             time.sleep(poll_s)
         return time.perf_counter() - t0
 
@@ -208,14 +221,22 @@ def materialize(model, extra: dict[str, torch.Tensor], mailbox: WeightMailbox):
     return model.eval()
 
 
+class RolloutStopped(Exception):
+    """The learner asked the rollout process to stop: raised at its next engine call, so an iteration in
+    progress ends there (its env workers closed on the way out) instead of playing to its end."""
+
+
 class VersionedEngine:
     """A rollout engine that takes the newest published weights before every call and stamps each
-    generation with the version that sampled it (module docstring). Only the one-call-per-turn
-    protocol (``generate``) is offered: a streaming schedule would let a refresh fall inside a turn."""
+    generation with the version that sampled it (module docstring); it beats the mailbox's heartbeat around
+    every call, and raises :class:`RolloutStopped` instead of calling once ``stop()`` says so. Only the
+    one-call-per-turn protocol (``generate``) is offered: a streaming schedule would let a refresh fall
+    inside a turn."""
 
-    def __init__(self, engine, mailbox: WeightMailbox):
+    def __init__(self, engine, mailbox: WeightMailbox, stop: Callable[[], bool] = lambda: False):
         self.engine = engine
         self.mailbox = mailbox
+        self.stop = stop
 
     @property
     def max_batch_size(self) -> int:
@@ -225,8 +246,12 @@ class VersionedEngine:
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams],
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
+        if self.stop():
+            raise RolloutStopped
+        self.mailbox.beat()
         version = self.mailbox.refresh(self.engine)
         generations = self.engine.generate(prompts, params, seeds)
+        self.mailbox.beat()
         for g in generations:
             g.version = version
         return generations

@@ -50,27 +50,36 @@ from __future__ import annotations
 
 import ctypes
 import io
+import logging
 import os
 import queue
+import random
 import signal
+import threading
 import time
 import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import util
+from multiprocessing.synchronize import SemLock
 from typing import Any
 
+import numpy as np
 import torch
 
 from arl.datamodules.batches import RolloutBatch
 from arl.distributed.ranks import capture_rng, restore_rng
 from arl.distributed.threads import configure_threads
-from arl.rollout.mailbox import VersionedEngine, WeightMailbox, materialize, skeleton
+from arl.rollout.mailbox import RolloutStopped, VersionedEngine, WeightMailbox, materialize, skeleton
 from arl.run.builders import build_agent_loop, build_engine, build_rollout_datamodule
 from arl.run.settings import RunSettings
 
+log = logging.getLogger(__name__)
+
 POLL_SECONDS = 1.0  # how often a learner waiting for a batch looks whether the rollout process is alive
+WAITING_LOG_SECONDS = 60.0  # a learner waiting this long for a batch says so, and again every as long
 
 
 @dataclass
@@ -114,38 +123,70 @@ def rollout_process(spec: RolloutSpec, mailbox: WeightMailbox, batches, stop_eve
         run = spec.run
         configure_threads(run.config.get("threads", "auto"))  # registered: the cores are shared with the learner
         torch.set_grad_enabled(False)
-        k = int(run.rl.max_staleness)
-        chained = k == 0
+        mailbox.beat()  # started: every process argument is unpickled (the learner may unlink their names)
         model = materialize(spec.model, spec.extra, mailbox)
-        engine = VersionedEngine(build_engine(run.rollout, model, spec.tokenizer), mailbox)
+        engine = VersionedEngine(build_engine(run.rollout, model, spec.tokenizer), mailbox, stop)
         loop = build_agent_loop(run.env, run.rollout, engine, spec.tokenizer)
         dm = build_rollout_datamodule(run, loop, spec.pad_id)
-        first = mailbox.first_message(stop)  # the iteration to start at and the random states to start from
-        if first is None:
-            return
-        dm.iteration, states = first
-        restore_rng(states)
-        while dm.iteration < run.rl.iterations and not stop():
-            it = dm.iteration
-            waited = mailbox.wait_for(max(0, it - k), stop)  # admission
-            if chained and it != first[0]:  # continue the learner's random stream, as the synchronous loop would
-                states = mailbox.rng_for(it, stop)
-                if states is None:
-                    break
-                restore_rng(states)
-            if stop():
-                break
-            t0 = time.perf_counter()
-            batch = dm.next_train_batch()
-            busy = time.perf_counter() - t0
-            payload = (batch, capture_rng(), {"wait_s": waited, "busy_s": busy, "chained": chained})
-            batches.put(("batch", _to_bytes(payload)))
-        batches.put(("done",))
+        first = mailbox.first_message(stop)  # the iteration to start at, the random states to start from
+        if first is not None and _play(run, dm, mailbox, batches, first, stop):
+            batches.put(("done",))
+    except RolloutStopped:  # the learner stopped it mid-iteration: nothing to report
+        pass
     except BaseException:  # noqa: BLE001 - sent to the learner, which raises it with this traceback
         batches.put(("error", traceback.format_exc()))
     finally:
         if loop is not None:
             loop.close()
+
+
+def _play(run: RunSettings, dm, mailbox: WeightMailbox, batches, first: tuple, stop: Callable[[], bool]) -> bool:
+    """Play the iterations from ``first`` (the learner's start message) to the run's last, each admitted by the
+    bound, onto ``batches``; True when all were played, False when ``stop()`` came first."""
+    k = int(run.rl.max_staleness)
+    chained = k == 0
+    dm.iteration, states, own_stream = first
+    restore_rng(states)
+    if own_stream:
+        fork_stream(states)
+    while dm.iteration < run.rl.iterations:
+        it = dm.iteration
+        waited = mailbox.wait_for(max(0, it - k), stop)  # admission
+        if chained and it != first[0]:  # continue the learner's random stream, as the synchronous loop would
+            states = mailbox.rng_for(it, stop)
+            if states is None:
+                return False
+            restore_rng(states)
+        if stop():
+            return False
+        t0 = time.perf_counter()
+        batch = dm.next_train_batch()
+        busy = time.perf_counter() - t0
+        payload = (batch, capture_rng(), {"wait_s": waited, "busy_s": busy, "chained": chained})
+        batches.put(("batch", _to_bytes(payload)))
+    return True
+
+
+def admitted_queue(oldest: list[int | None], first_iteration: int, max_staleness: int) -> int:
+    """How many of a queue's batches (in order; ``oldest[j]``: the oldest policy version in batch ``j``, None for a
+    batch without turns) the bound admits when batch ``j`` trains at iteration ``first_iteration + j``: the
+    queue up to the first batch that would train a turn more than ``max_staleness`` updates old."""
+    for j, version in enumerate(oldest):
+        if version is not None and first_iteration + j - version > max_staleness:
+            return j
+    return len(oldest)
+
+
+def fork_stream(states: dict[str, Any]) -> None:
+    """Seed python's, numpy's and torch's global RNGs from a number drawn off ``states``' torch generator: a
+    stream of the rollout process's own, fixed by the learner's states, which the learner (going on from those
+    same states) does not repeat. Without it both processes would draw the same numbers (``k > 0``)."""
+    generator = torch.Generator()
+    generator.set_state(states["torch"])
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 def _to_bytes(payload: Any) -> bytes:
@@ -175,46 +216,96 @@ class AsyncRollouts:
     """
 
     def __init__(self, run: RunSettings, model, tokenizer, pad_id: int):
+        self.run = run
         self.max_staleness = int(run.rl.max_staleness)
         self.chained = self.max_staleness == 0
+        self.watchdog_s = float(run.rl.rollout_watchdog_s)
+        self.tokenizer, self.pad_id = tokenizer, pad_id
+        self.received: deque[bytes] = deque()  # batches taken off the pipe, not yet trained (in order)
+        self._last_taken: float | None = None
+        self._start(model)
+
+    def _start(self, model) -> None:
+        """A new rollout process with a mailbox shaped after ``model`` (holding its weights) and fresh channels."""
         ctx = torch.multiprocessing.get_context("spawn")
         self.mailbox = WeightMailbox.of(model, ctx)
         self.batches = ctx.Queue()
         self.stop = ctx.Event()
         structure, extra = skeleton(model)  # no second copy of the weights: the mailbox holds them
-        spec = RolloutSpec(run, structure, extra, tokenizer, pad_id)
+        spec = RolloutSpec(self.run, structure, extra, self.tokenizer, self.pad_id)
         # not daemonic: it starts env worker processes of its own (rollout.n_workers), which a daemonic process may
         # not; it ends with the learner all the same (PR_SET_PDEATHSIG, and close() at exit)
         self.process = ctx.Process(target=rollout_process, args=(spec, self.mailbox, self.batches, self.stop),
                                    name="arl-rollout", daemon=False)
         self.process.start()
-        self._finalizer = weakref.finalize(self, _stop_process, self.process, self.stop)
+        # the pipe is read by a thread of its own: a message cut off mid-write (a process frozen or killed while
+        # sending) blocks that thread, never the learner, which keeps checking the process and the watchdog
+        self.inbox: queue.Queue = queue.Queue()
+        self._closing = threading.Event()
+        self._held: tuple | None = None  # a failure or the end, taken off by state_dict, for the next request
+        threading.Thread(target=_forward, args=(self.batches, self.inbox, self._closing), name="arl-rollout-reader",
+                         daemon=True).start()
+        self._finalizer = weakref.finalize(self, _stop_process, self.process, self.stop, self._closing)
+        self._names_released = False
         self.published = -1
-        self._last_taken: float | None = None
-        self.received: deque[bytes] = deque()  # batches taken off the pipe, not yet trained (in order)
+
+    def restart(self, model) -> None:
+        """Stop the rollout process, drop every batch it played, and start a new one on ``model``'s weights (a
+        collapse rollback: what the collapsed policy played is not trained); the next :meth:`publish` says
+        where it starts."""
+        dropped = len(self.received)
+        self.close()
+        self.received.clear()
+        self._start(model)
+        log.info("rollout process restarted on the rolled-back weights; %d played batches dropped", dropped)
+
+    def _release_names(self) -> None:
+        """Once the rollout process has started (its arguments unpickled), unlink the named semaphores of the
+        channels both processes hold: they keep working, and a kill of the whole process group (which also takes
+        down the resource tracker that would remove them) leaves none behind in /dev/shm."""
+        if self._names_released or self.mailbox.silent_s is None:
+            return
+        unlink_semaphores(self.batches, self.stop, self.mailbox.rng_states, self.mailbox.start)
+        self._names_released = True
 
     def publish(self, model, version: int) -> None:
         """Hand the learner's weights after ``version`` updates to the rollout process. The first time also
-        where it starts: the iteration after the batches already received (a resumed run's queue), from the
-        random states the last of them left, else from the learner's. At staleness 0, the learner's random
-        states with every version."""
+        where it starts: the iteration after the batches already received (a resumed run's queue, less any
+        batch the bound no longer admits), from the random states the last of them left, else from the
+        learner's (at ``k > 0`` forked into a stream of the rollout process's own). At staleness 0, the
+        learner's random states with every version."""
         if self.published < 0:
+            self._trim_queue(int(version))
             start = int(version) + len(self.received)
             states = _from_bytes(self.received[-1])[1] if self.received else capture_rng()
-            self.mailbox.start_at(start, states)
+            self.mailbox.start_at(start, states, own_stream=not self.chained and not self.received)
         rng = capture_rng() if self.chained and self.published >= 0 else None
         self.mailbox.publish(model, version, rng)
         self.published = int(version)
+        self._release_names()
+
+    def _trim_queue(self, version: int) -> None:
+        """Drop the queued batches (a resumed run's) from the first one the bound no longer admits: a run resumed
+        with a smaller ``rl.max_staleness`` plays those again rather than stop."""
+        oldest = []
+        for data in self.received:
+            versions = _from_bytes(data)[0].turns["policy_version"]
+            oldest.append(int(versions.min()) if versions.numel() else None)
+        keep = admitted_queue(oldest, version, self.max_staleness)
+        if keep < len(self.received):
+            log.warning("%d queued batches from iteration %d on are older than rl.max_staleness=%d allows: played again",
+                        len(self.received) - keep, version + keep, self.max_staleness)
+            self.received = deque(list(self.received)[:keep])
 
     def state_dict(self) -> dict[str, Any]:
         """The batches played and not yet trained, in order (what the pipe holds is taken off it first)."""
-        while True:
+        while self._held is None:
             try:
-                message = self.batches.get_nowait()
+                message = self.inbox.get_nowait()
             except queue.Empty:
                 break
             if message[0] != "batch":
-                self.batches.put(message)  # a failure or the end: for the next batch request to meet
+                self._held = message  # a failure or the end: for the next batch request to meet
                 break
             self.received.append(message[1])
         return {"queued": list(self.received)}
@@ -260,12 +351,32 @@ class AsyncRollouts:
         return batch
 
     def _receive(self) -> tuple:
+        t0 = time.perf_counter()
+        said = 0
         while True:
             try:
-                message = self.batches.get(timeout=POLL_SECONDS)
+                message = self._held if self._held is not None else self.inbox.get(timeout=POLL_SECONDS)
+                self._held = None
             except queue.Empty:
+                self._release_names()
                 if not self.process.is_alive():
+                    self._held = self._last_words()
+                    if self._held is not None:  # its traceback or its end, still on the way: met below
+                        continue
                     raise RuntimeError(f"the rollout process died (exit code {self.process.exitcode})") from None
+                silent = self.mailbox.silent_s
+                if self.watchdog_s > 0 and silent is not None and silent > self.watchdog_s:
+                    self.process.kill()  # hung: no grace to wait out
+                    raise RuntimeError(
+                        f"the rollout process (pid {self.process.pid}) has shown no progress for {silent:.0f} s "
+                        f"(no engine call began or ended): stopped by rl.rollout_watchdog_s={self.watchdog_s:g}"
+                    ) from None
+                waited = time.perf_counter() - t0
+                if waited >= (said + 1) * WAITING_LOG_SECONDS:
+                    said += 1
+                    last = "not started yet" if silent is None else f"its last engine call {silent:.0f} s ago"
+                    log.info("waiting %.0f s for the rollout process's next batch (pid %d, %s)",
+                             waited, self.process.pid, last)
                 continue
             if message[0] == "batch":
                 return message
@@ -273,23 +384,65 @@ class AsyncRollouts:
                 raise RuntimeError(f"the rollout process failed:\n{message[1]}")
             raise RuntimeError("the rollout process finished before the learner asked for its last batch")
 
+    def _last_words(self) -> tuple | None:
+        """A message of an ended rollout process still on its way through the pipe, or None."""
+        try:
+            return self.inbox.get(timeout=2 * POLL_SECONDS)
+        except queue.Empty:
+            return None
+
     def close(self) -> None:
         """Stop the rollout process (it finishes its engine call and exits; killed after a grace)."""
         self.stop.set()
-        deadline = time.time() + 30.0
-        while self.process.is_alive() and time.time() < deadline:
-            try:  # drain, so that a process blocked on a full pipe can exit
-                self.batches.get(timeout=0.1)
-            except queue.Empty:
-                pass
+        self.process.join(timeout=30.0)  # the reader thread drains the pipe meanwhile: a full pipe blocks no exit
         self._finalizer()
 
 
-def _stop_process(process, stop) -> None:
+def unlink_semaphores(*channels) -> list[str]:
+    """Unlink the names of the POSIX semaphores inside multiprocessing ``channels`` (queues, events) and take
+    them off the resource tracker's list; the processes that opened them keep using them. Returns the names."""
+    found: dict[int, SemLock] = {}
+
+    def walk(obj, depth: int) -> None:
+        if isinstance(obj, SemLock):
+            found[id(obj)] = obj
+        elif depth and type(obj).__module__.startswith("multiprocessing") and hasattr(obj, "__dict__"):
+            for value in vars(obj).values():
+                walk(value, depth - 1)
+
+    for channel in channels:
+        walk(channel, 3)
+    names = {getattr(lock._semlock, "name", None) for lock in found.values()} - {None}
+    # each one's own finalizer (SemLock._cleanup: unlink, tell the tracker) runs now rather than at collection
+    for finalizer in list(util._finalizer_registry.values()):
+        if getattr(finalizer, "_callback", None) is SemLock._cleanup and finalizer._args and finalizer._args[0] in names:
+            finalizer()
+    return sorted(names)
+
+
+def _forward(batches, inbox: queue.Queue, closing: threading.Event) -> None:
+    """The learner's reader thread: the rollout process's messages from the pipe to ``inbox``, until the end, a
+    failure, or ``closing``; a message cut off (the process died while sending it) becomes a failure."""
+    while not closing.is_set():
+        try:
+            message = batches.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            continue
+        except (EOFError, OSError) as err:
+            cut = f"a message from the rollout process was cut off ({type(err).__name__}): it died while sending"
+            inbox.put(("error", cut))
+            return
+        inbox.put(message)
+        if message[0] != "batch":
+            return
+
+
+def _stop_process(process, stop, closing: threading.Event) -> None:
     """Stop the rollout process now (also at interpreter exit, when no one called ``close``: a non-daemonic
-    child would otherwise be waited for); killed if it does not end at once."""
+    child would otherwise be waited for); killed if it does not end at once. Its reader thread ends too."""
     stop.set()
     process.join(timeout=2.0)
     if process.is_alive():
         process.kill()
         process.join(timeout=5.0)
+    closing.set()

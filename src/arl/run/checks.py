@@ -150,6 +150,11 @@ def _validate_async(run: RunSettings) -> None:
         why.append("rl.old_log_probs=recompute without algo.rollout_correction (the ratio would be taken against the "
                    "learner's weights, training stale turns as on-policy: rl.old_log_probs=auto or rollout takes the "
                    "behaviour log-probs, or enable the correction for decoupled PPO)")
+    share = run.rollout.vllm.gpu_memory_utilization if run.rollout.vllm is not None else None
+    if run.rollout.engine == "vllm" and trainer.get("accelerator") != "cpu" and share is not None and 2 * share > 0.9:
+        why.append(f"rollout.vllm.gpu_memory_utilization={share} (two vLLM engines share the device: the rollout "
+                   "process's and the learner's, which validates; each reserves that share, and the update needs the "
+                   "rest: at most 0.45 each, less for a large policy)")
     if why:
         raise ConfigError(f"rl.max_staleness={run.rl.max_staleness} is not possible with " + "; ".join(why))
 

@@ -167,7 +167,9 @@ def _rl_stage(run: RunSettings, parts: Parts, ckpt: Path | None, resume_it: int 
     end unless the last iteration did. Returns (its results, module, trainer)."""
     module = build_rl_module(run, parts.model, parts.tokenizer)
     dm = build_rollout_datamodule(run, parts.loop, module.pad_id or 0)
-    syncs: list = [WeightSync(parts.engine)]
+    # asynchronous: the learner's own engine only validates (the rollout process plays on its own), so it is
+    # loaded before each validation rather than after every update
+    syncs: list = [WeightSync(parts.engine, each_update=run.rl.max_staleness is None)]
     if run.rl.max_staleness is not None:  # asynchronous: the training batches come from a rollout process
         rollouts = AsyncRollouts(run, parts.model, parts.tokenizer, module.pad_id or 0)
         dm.use_source(rollouts)
@@ -258,6 +260,9 @@ def _quiet_lightning_logging() -> None:
     # state_dict), which Lightning cannot see from the DataLoader
     warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch ended.*")
     warnings.filterwarnings("ignore", message=".*IterableDataset. has .__len__. defined.*")
+    # the frozen reference policy's modules stay in eval mode on purpose (no dropout in the KL's reference):
+    # docs/design.md says so once, rather than Lightning at every start
+    warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
 
 
 def _print_summary(results: dict[str, Any], out_dir: Path) -> None:
@@ -267,7 +272,12 @@ def _print_summary(results: dict[str, Any], out_dir: Path) -> None:
     if before:
         rows.append(("val success after BC", f"{before.get('val/success_rate', float('nan')):.3f}"))
     rows.append(("val success after RL", f"{after.get('val/success_rate', float('nan')):.3f}"))
-    rows.append(("val valid-action ratio", f"{after.get('val/valid_action_ratio', float('nan')):.3f}"))
+    valid = after.get("val/valid_action_ratio", float("nan"))
+    rows.append(("val valid-action ratio", "- (no turn was played)" if valid != valid else f"{valid:.3f}"))
+    failed = int(after.get("val/env_errors", 0.0))
+    if failed:  # counted as losses in the success rate; the run's episode files say what went wrong
+        rows.append(("failed validation episodes", f"{failed} (env errors, counted as losses: see "
+                     f"{out_dir / 'val_episodes'} and the log)"))
     rows.append(("validation sampling", results.get("val_sampling", "-")))
     rows.append(("run folder", str(out_dir)))
     rows.append(("final policy (HF)", results["policy_hf"]))

@@ -128,6 +128,7 @@ class RLSettings:
     resume_in_place: bool = required(BOOLEAN)
     start_validation_cache: str | None = required(optional(NON_EMPTY))
     max_staleness: int | None = required(optional(integer(0)))
+    rollout_watchdog_s: float = required(number(0.0))
     optimizer: dict = required(INSTANTIABLE)
 
 
