@@ -55,3 +55,46 @@ def test_the_last_iteration_is_checkpointed_and_the_progress_line_counts_to_it(t
     assert (tmp_path / "last.ckpt").exists()
     lines = [line for line in out.get().splitlines() if line.startswith("it ")]
     assert lines[0].startswith("it 1/7") and lines[-1].startswith("it 7/7")
+
+
+class _Copying:
+    """An engine holding its own copy of the weights: records the iteration each sync loaded."""
+
+    def __init__(self, module):
+        self.module = module
+        self.synced: list[int] = []
+
+    def sync(self, policy):
+        self.synced.append(self.module.iteration)
+
+
+class _WithPolicy(_Iterations):
+    def __init__(self):
+        super().__init__()
+        self.policy = self.layer
+
+    def validation_step(self, batch, batch_idx):
+        return None
+
+
+class _PlannedWithValidation(_Planned):
+    def val_dataloader(self):
+        return DataLoader(torch.randn(1, 2), batch_size=1)
+
+
+def test_the_learners_engine_in_asynchronous_rl_is_loaded_before_each_validation_only():
+    """Asynchronous RL: the learner's engine only validates, so it is loaded at the start, before each validation
+    (every 3 iterations here) and at the end, not after each of the 7 updates; synchronous RL loads it after each."""
+    from arl.callbacks.weight_sync import WeightSync
+
+    syncs = {}
+    for each_update in (True, False):
+        module = _WithPolicy()
+        engine = _Copying(module)
+        trainer = Trainer(max_epochs=1, callbacks=[WeightSync(engine, each_update=each_update)], logger=False,
+                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                          accelerator="cpu", val_check_interval=3, num_sanity_val_steps=0)
+        trainer.fit(module, datamodule=_PlannedWithValidation())
+        syncs[each_update] = engine.synced
+    assert syncs[True] == list(range(ITERATIONS + 1))  # the start, then after every update
+    assert syncs[False] == [0, 3, 6, ITERATIONS]  # the start, before the validations at 3 and 6, the end

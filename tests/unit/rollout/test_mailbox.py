@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from arl.rollout.mailbox import WeightMailbox, materialize, skeleton
@@ -148,3 +149,38 @@ def test_the_skeleton_holds_no_weights_and_materializes_to_the_same_policy(tiny)
         torch.testing.assert_close(rebuilt(ids).logits, model(ids).logits, rtol=0, atol=0)
     tied = getattr(model.config, "tie_word_embeddings", False)
     assert (rebuilt.get_output_embeddings().weight is rebuilt.get_input_embeddings().weight) == bool(tied)
+
+
+class _Counting:
+    """An engine that counts its calls (the versioned wrapper's collaborator, not what is tested)."""
+
+    max_batch_size = 4
+
+    def __init__(self):
+        self.calls = 0
+
+    def load_weights(self, items):
+        for _ in items:
+            pass
+
+    def generate(self, prompts, params, seeds=None):
+        self.calls += 1
+        return []
+
+
+def test_a_stopped_rollout_process_ends_at_its_next_engine_call():
+    """The learner's stop reaches an iteration in progress: the next engine call raises instead of playing on
+    (the rollout process then closes its loop and env workers and exits), and beats the heartbeat while it runs."""
+    from arl.rollout.mailbox import RolloutStopped, VersionedEngine
+
+    box = WeightMailbox.of(_model(), CTX)
+    stop = CTX.Event()
+    engine = _Counting()
+    versioned = VersionedEngine(engine, box, stop.is_set)
+    assert box.silent_s is None
+    versioned.generate([[1]], None)
+    assert engine.calls == 1 and box.silent_s is not None and box.silent_s < 5
+    stop.set()
+    with pytest.raises(RolloutStopped):
+        versioned.generate([[1]], None)
+    assert engine.calls == 1
