@@ -1,8 +1,8 @@
 """An agent program that plays one Sokoban episode through an OpenAI-compatible endpoint (``env=program``).
 
 ARL's recording gateway starts it once per episode with ``OPENAI_BASE_URL`` (the ``openai`` client reads
-it), ``ARL_TASK_SEED`` (the level) and ``ARL_REWARD_URL`` (where to report the outcome), and trains on
-the calls it made, token for token as the policy sampled them. It renders its prompts as ARL's own
+it), ``ARL_TASK_SEED`` (the level) and ``ARL_REWARD_FD`` (a pipe it reads once: where to report the
+outcome), and trains on the calls it made, token for token as the policy sampled them. It renders its prompts as ARL's own
 agent loop does (the env's prompt, the last turn as history), so that greedy decoding plays the same
 episodes both ways:
 
@@ -27,6 +27,7 @@ HISTORY_WINDOW, MAX_TURNS = 1, 10
 
 
 def main() -> None:
+    reward_url = os.read(int(os.environ["ARL_REWARD_FD"]), 4096).decode()  # once, first: no tool inherits it
     client = OpenAI()  # OPENAI_BASE_URL and OPENAI_API_KEY from the environment
     env = SokobanEnv(prompt_style="full")
     observation, info = env.reset(seed=int(os.environ["ARL_TASK_SEED"]))
@@ -47,7 +48,7 @@ def main() -> None:
             break
         observation, info = result.observation, {**info, **result.info}
     report = {"reward": sum(rewards), "rewards": rewards, "won": won, "invalid_calls": invalid, "task_type": "sokoban"}
-    request = urllib.request.Request(os.environ["ARL_REWARD_URL"], data=json.dumps(report).encode(),
+    request = urllib.request.Request(reward_url, data=json.dumps(report).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
     urllib.request.urlopen(request, timeout=30).read()
 

@@ -21,22 +21,26 @@ def post(url, data):
     except urllib.error.HTTPError as err:
         return err.code
 base = os.environ['OPENAI_BASE_URL']
+REWARD_URL = os.read(int(os.environ['ARL_REWARD_FD']), 4096).decode()
 for _ in range(CALLS):
     post(base + '/chat/completions', json.dumps({'messages': [{'role': 'user', 'content': 'Hi'}]}).encode())
 """
 
 BEHAVIOURS = {
-    "good": ("CALLS = 2", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"won\": true}')"),
-    "nan-reward": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": NaN}')"),
-    "infinite-reward": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": Infinity}')"),
-    "won-as-a-string": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 0.0, \"won\": \"false\"}')"),
-    "nan-in-rewards": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"rewards\": [NaN]}')"),
-    "rewards-miscounted": ("CALLS = 2", "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"rewards\": [1.0]}')"),
+    "good": ("CALLS = 2", "post(REWARD_URL, b'{\"reward\": 1.0, \"won\": true}')"),
+    "nan-reward": ("CALLS = 1", "post(REWARD_URL, b'{\"reward\": NaN}')"),
+    "infinite-reward": ("CALLS = 1", "post(REWARD_URL, b'{\"reward\": Infinity}')"),
+    "won-as-a-string": ("CALLS = 1", "post(REWARD_URL, b'{\"reward\": 0.0, \"won\": \"false\"}')"),
+    "nan-in-rewards": ("CALLS = 1", "post(REWARD_URL, b'{\"reward\": 1.0, \"rewards\": [NaN]}')"),
+    "rewards-miscounted": ("CALLS = 2", "post(REWARD_URL, b'{\"reward\": 1.0, \"rewards\": [1.0]}')"),
     "invalid-call-out-of-range": ("CALLS = 1",
-                                  "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"invalid_calls\": [5]}')"),
-    "second-report": ("CALLS = 1", ("post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 0.0}')\n"
-                                    "post(os.environ['ARL_REWARD_URL'], b'{\"reward\": 1.0, \"won\": true}')")),
-    "not-json": ("CALLS = 1", "post(os.environ['ARL_REWARD_URL'], b'reward=1')"),
+                                  "post(REWARD_URL, b'{\"reward\": 1.0, \"invalid_calls\": [5]}')"),
+    "second-report": ("CALLS = 1", ("post(REWARD_URL, b'{\"reward\": 0.0}')\n"
+                                    "post(REWARD_URL, b'{\"reward\": 1.0, \"won\": true}')")),
+    "not-json": ("CALLS = 1", "post(REWARD_URL, b'reward=1')"),
+    "several-choices": ("CALLS = 0", ("post(base + '/chat/completions', json.dumps({'messages': [{'role': 'user', "
+                                      "'content': 'Hi'}], 'n': 5}).encode())\n"
+                                      "post(REWARD_URL, b'{\"reward\": 1.0, \"won\": true}')")),
 }
 
 
@@ -109,14 +113,15 @@ CHILD = """
 import json, os, time, urllib.request
 time.sleep(1.0)
 open(os.environ['MARK'], 'w').write('alive')
-urllib.request.urlopen(urllib.request.Request(os.environ['ARL_REWARD_URL'], data=json.dumps({'reward': 9.0, 'won': True})
+url = os.environ['OPENAI_BASE_URL'].rsplit('/v1', 1)[0] + '/reward'  # all a child can know of it
+urllib.request.urlopen(urllib.request.Request(url, data=json.dumps({'reward': 9.0, 'won': True})
                        .encode(), headers={'Content-Type': 'application/json'}, method='POST'), timeout=5)
 """
 DETACHED_CHILD = CALL_THEN.replace("for _ in range(CALLS)", "CALLS = 1\nfor _ in range(CALLS)") + f"""
 import subprocess, sys
 subprocess.Popen([sys.executable, '-c', {CHILD!r}], start_new_session=True, stdout=subprocess.DEVNULL,
                  stderr=subprocess.DEVNULL)
-post(os.environ['ARL_REWARD_URL'], b'{{"reward": 0.0, "won": false}}')
+post(REWARD_URL, b'{{"reward": 0.0, "won": false}}')
 """
 
 
@@ -161,7 +166,49 @@ def test_the_program_gets_no_secret_of_the_trainer(tiny, tmp_path):
         del os.environ["WANDB_API_KEY"]
     names = ast.literal_eval(seen.read_text())  # the list the test's own program wrote
     assert not episode.env_error
-    assert "WANDB_API_KEY" not in names and {"PATH", "OPENAI_BASE_URL", "ARL_REWARD_URL", "ARL_TASK_SEED"} <= set(names)
+    assert "WANDB_API_KEY" not in names and {"PATH", "OPENAI_BASE_URL", "ARL_REWARD_FD", "ARL_TASK_SEED"} <= set(names)
+
+
+# a tool the program runs (model-written code, say) that tries every way to report a win for it
+TOOL = """
+import json, os, sys, urllib.request, urllib.error
+seen = {'env': sorted(k for k in os.environ if 'REWARD' in k and k != 'ARL_REWARD_FD')}
+try:
+    seen['fd'] = os.read(int(os.environ['ARL_REWARD_FD']), 4096).decode()
+except OSError as err:
+    seen['fd'] = type(err).__name__
+url = os.environ['OPENAI_BASE_URL'].rsplit('/v1', 1)[0] + '/reward'
+for guess in (url, url + '/0123456789abcdef0123456789abcdef'):
+    request = urllib.request.Request(guess, data=b'{"reward": 9.0, "won": true}', method='POST',
+                                     headers={'Content-Type': 'application/json'})
+    try:
+        seen[guess[-6:]] = urllib.request.urlopen(request, timeout=10).status
+    except urllib.error.HTTPError as err:
+        seen[guess[-6:]] = err.code
+open(os.environ['SEEN'], 'w').write(json.dumps(seen))
+"""
+
+
+def test_the_tools_a_program_runs_cannot_report_for_it(tiny, tmp_path):
+    """The reward URL reaches the program alone (read once from its pipe, in no variable): a tool it starts finds
+    no reward URL in its environment, nothing in the pipe, and a report without the session's key is refused
+    (403); the program's own report (a loss) stands."""
+    import json
+    import os
+
+    seen = tmp_path / "seen.json"
+    program = CALL_THEN.replace("for _ in range(CALLS)", "CALLS = 1\nfor _ in range(CALLS)") + (
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {TOOL!r}], check=True)\n"
+        "post(REWARD_URL, b'{\"reward\": 0.0, \"won\": false}')\n")
+    os.environ["SEEN"] = str(seen)
+    try:
+        (episode,) = _play(tiny, ["python", "-c", program], n_tasks=1, pass_env=["SEEN"])
+    finally:
+        del os.environ["SEEN"]
+    assert not episode.env_error and not episode.won and episode.ret == 0.0
+    found = json.loads(seen.read_text())
+    assert found["env"] == [] and found["fd"] in ("OSError", "")  # closed in the tool, or already read
+    assert [code for key, code in found.items() if key not in ("env", "fd")] == [403, 403]
 
 
 @pytest.mark.parametrize("name, code", [

@@ -114,7 +114,9 @@ def test_the_endpoint_answers_the_openai_client_and_refuses_bad_requests(tiny):
         assert bad.status_code == 400 and "role" in bad.json()["error"]["message"]
         unknown = httpx.post(f"{gateway.base_url('nosuch')}/chat/completions", json={"messages": []})
         assert unknown.status_code == 404
-        report = httpx.post(f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward", json={"reward": 1.5})
+        keyless = httpx.post(f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward", json={"reward": 9.0})
+        assert keyless.status_code == 403  # the session's URL without its key: refused, and no report made
+        report = httpx.post(gateway.reward_url(sid), json={"reward": 1.5})
         assert report.status_code == 200
         session = gateway.close_session(sid)
     call, again = session.calls
@@ -142,7 +144,8 @@ for k in range(1, 4):
     messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": f"State: {k}"}]
 client.chat.completions.create(model="arl-policy", messages=[{"role": "user", "content": "Task: count. State: 3"}])
 report = json.dumps({"reward": 1.0}).encode()
-urllib.request.urlopen(urllib.request.Request(os.environ["ARL_REWARD_URL"], data=report, method="POST",
+reward_url = os.read(int(os.environ["ARL_REWARD_FD"]), 4096).decode()
+urllib.request.urlopen(urllib.request.Request(reward_url, data=report, method="POST",
                                               headers={"Content-Type": "application/json"}), timeout=30).read()
 """
 

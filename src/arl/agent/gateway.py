@@ -9,7 +9,8 @@ trainer decides how its policy samples), and records every call exactly: the ren
 ids, the sampled token ids and their log-probs, the text it answered. Nothing is tokenised again
 afterwards, so the trainer scores exactly what was sampled. For ``trajectory`` samples the gateway splices a
 call that continues an earlier one onto its token stream (:meth:`RecordingGateway.render`). The program reports how its episode went
-at ``POST /sessions/<id>/reward``: ``{"reward": r}`` (the episode's return), and optionally ``"won"``,
+at its session's reward URL (``POST /sessions/<id>/reward/<key>``, :meth:`RecordingGateway.reward_url`: the key
+is the session's, in no other URL): ``{"reward": r}`` (the episode's return), and optionally ``"won"``,
 ``"task_type"``, ``"invalid_calls"`` (the calls whose answers it could not use) and ``"rewards"`` (one
 per call, the environment's reward after each).
 
@@ -104,12 +105,13 @@ class Session:
     rewards: tuple[float, ...] | None = None  # one per call, when the program reports them
     malformed: str = ""  # why a request of this session was refused ("" when none was)
     reported: bool = False  # its one reward report came (good or refused)
+    reward_key: str = field(default_factory=lambda: secrets.token_hex(16))  # in its reward URL: the program's alone
     requests: int = 0  # requests that came in (a call's ``request`` number)
     continued: set[int] = field(default_factory=set)  # trajectory: the calls a later call's stream continues
 
 
 def _check_messages(body: Any) -> list[dict[str, str]]:
-    """The request's messages, checked: a list of {role, content} with text contents."""
+    """The request's messages, checked: a list of {role, content} with text contents; ``n`` 1 or absent."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         raise ValueError("the body must be a JSON object with a non-empty 'messages' list")
     messages = []
@@ -119,6 +121,8 @@ def _check_messages(body: Any) -> list[dict[str, str]]:
         ):
             raise ValueError(f"each message needs a role (system, user, assistant) and a text content; got {m!r}")
         messages.append({"role": m["role"], "content": m["content"]})
+    if body.get("n", 1) not in (1, None):  # every choice would be a sample; one answer a call is what is recorded
+        raise ValueError(f"'n' must be 1 (one choice a call); got {body['n']!r}")
     return messages
 
 
@@ -188,6 +192,13 @@ class RecordingGateway:
         with self._lock:
             self.sessions[sid] = Session()
         return sid
+
+    def reward_url(self, sid: str) -> str:
+        """Where session ``sid``'s program reports its outcome: the session's URL with its key, which nothing
+        else derives (its chat base URL does not hold it)."""
+        with self._lock:
+            key = self.sessions[sid].reward_key
+        return f"http://{self.host}:{self.port}/sessions/{sid}/reward/{key}"
 
     def base_url(self, sid: str) -> str:
         """The ``base_url`` an ``openai.OpenAI`` client of session ``sid`` uses."""
@@ -303,15 +314,20 @@ class RecordingGateway:
                     return earlier.prompt_ids + earlier.response_ids + continuation, earlier.index
         return list(encode_prompt(self.tokenizer, messages)), -1
 
-    def _report(self, sid: str, body: Any) -> tuple[int, dict[str, Any]]:
-        """A program's outcome report (module docstring): one per session. A second report, a reward that
-        is not a finite number, a ``won`` that is not a JSON boolean or per-call rewards that are not finite
-        numbers are refused (400, or 409 for the second) and fail the episode: nothing from outside the
-        program's first report, and no NaN or string, reaches training."""
+    def _report(self, sid: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
+        """A program's outcome report (module docstring): one per session, at its URL with the session's key (a
+        report without it, from whoever derived the session's URL from its chat base URL, is refused with 403
+        and changes nothing). A second report, a reward that is not a finite number, a ``won`` that is not a
+        JSON boolean or per-call rewards that are not finite numbers are refused (400, or 409 for the second)
+        and fail the episode: nothing from outside the program's first report, and no NaN or string, reaches
+        training."""
         with self._lock:
             session = self.sessions.get(sid)
         if session is None:
             return 404, {"error": {"message": f"no session {sid!r}", "type": "not_found"}}
+        if not secrets.compare_digest(key, session.reward_key):
+            return 403, {"error": {"message": "not this session's reward URL (the program reads it from the pipe "
+                                              "ARL_REWARD_FD names)", "type": "forbidden"}}
         problem = report_problem(body)
         with self._lock:
             if session.reported:
@@ -367,12 +383,13 @@ class RecordingGateway:
             body = await body_of(request)
             if body is TOO_LARGE:
                 return too_large(request.path_params["sid"])
-            status, payload = self._report(request.path_params["sid"], body)
+            status, payload = self._report(request.path_params["sid"], request.path_params.get("key", ""), body)
             return JSONResponse(payload, status_code=status)
 
         return Starlette(routes=[
             Route("/sessions/{sid}/v1/chat/completions", completions, methods=["POST"]),
-            Route("/sessions/{sid}/reward", reward, methods=["POST"]),
+            Route("/sessions/{sid}/reward/{key}", reward, methods=["POST"]),
+            Route("/sessions/{sid}/reward", reward, methods=["POST"]),  # no key: refused (403), says where it is
         ])
 
     def start(self) -> Self:

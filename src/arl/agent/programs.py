@@ -2,7 +2,9 @@
 
 A user's agent is any program that talks to an OpenAI-compatible endpoint: it reads its base URL from
 ``OPENAI_BASE_URL`` (the ``openai`` client does), plays one episode of its task (``ARL_TASK_SEED``),
-and reports the outcome to ``ARL_REWARD_URL`` (``POST {"reward": r, "won": bool}``).
+and reports the outcome (``POST {"reward": r, "won": bool}``) to its reward URL, which it reads once from the
+pipe whose descriptor ``ARL_REWARD_FD`` names (:func:`read_reward_url` says how): not from its environment,
+so the tools it runs (model-written code among them) inherit no way to report for it.
 :class:`ProgramLoop` rolls out like :class:`~arl.agent.loop.AgentLoop` (``run(tasks, group_size,
 params)`` -> episodes ordered by group and member): one program run per episode, every run of an
 iteration at once (at most ``max_concurrency``), each against its own session of a
@@ -210,7 +212,7 @@ def pid_namespace_works() -> bool:
 
 def program_env(sid_env: dict[str, str], pass_env: Sequence[str] = ()) -> dict[str, str]:
     """A program's environment: the allow-listed variables of this process (:data:`ALLOWED_ENV`, ``LC_*``, and
-    the names in ``pass_env``), then the episode's own (``sid_env``: its endpoint, reward URL and task)."""
+    the names in ``pass_env``), then the episode's own (``sid_env``: its endpoint, reward pipe and task)."""
     names = set(ALLOWED_ENV) | set(pass_env)
     kept = {k: v for k, v in os.environ.items() if k in names or k.startswith("LC_")}
     return {**kept, **sid_env}
@@ -267,22 +269,37 @@ class ProgramLoop(GatewayLoop):
 
     def _play(self, gateway: RecordingGateway, task: Task, member: int, episode_id: int) -> Episode:
         sid = gateway.open_session()
-        env = program_env({"OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
-                           "ARL_REWARD_URL": f"http://{gateway.host}:{gateway.port}/sessions/{sid}/reward",
-                           "ARL_TASK_SEED": str(task.seed), "ARL_GROUP_ID": str(task.group_id),
-                           "ARL_MEMBER": str(member)}, self.pass_env)
-        failure = run_program(self._argv(), env, self.timeout_s)
+        read_end, write_end = os.pipe()  # the reward URL, readable once, by the program (its tools come later)
+        try:
+            os.write(write_end, gateway.reward_url(sid).encode())
+            os.close(write_end)
+            env = program_env({"OPENAI_BASE_URL": gateway.base_url(sid), "OPENAI_API_KEY": "arl",
+                               "ARL_REWARD_FD": str(read_end), "ARL_TASK_SEED": str(task.seed),
+                               "ARL_GROUP_ID": str(task.group_id), "ARL_MEMBER": str(member)}, self.pass_env)
+            failure = run_program(self._argv(), env, self.timeout_s, pass_fds=(read_end,))
+        finally:
+            os.close(read_end)
         session = gateway.close_session(sid)
         return self._episode(session, task, episode_id, failure)
 
 
-def run_program(argv: Sequence[str], env: dict[str, str], timeout_s: float) -> str:
+def read_reward_url() -> str:
+    """In an agent program: its reward URL, read from the pipe ``ARL_REWARD_FD`` names (once: read it before
+    starting any tool; a shell reads it with ``read -r url <&"$ARL_REWARD_FD"``). Importing ARL is not needed:
+    ``os.read(int(os.environ["ARL_REWARD_FD"]), 4096).decode()`` is the whole of it."""
+    fd = int(os.environ["ARL_REWARD_FD"])
+    with os.fdopen(fd, "rb") as pipe:
+        return pipe.read().decode()
+
+
+def run_program(argv: Sequence[str], env: dict[str, str], timeout_s: float, pass_fds: Sequence[int] = ()) -> str:
     """Run one program to its end (or ``timeout_s``) in a process group of its own, then kill the group, so that
-    nothing it started outlives it; returns why the episode failed ("" when it exited 0)."""
+    nothing it started outlives it; ``pass_fds``: descriptors it inherits (no other does). Returns why the
+    episode failed ("" when it exited 0)."""
     with tempfile.TemporaryFile() as err:
         try:
             proc = subprocess.Popen(list(argv), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=err, start_new_session=True)
+                                    stderr=err, start_new_session=True, pass_fds=tuple(pass_fds))
         except OSError as exc:  # a missing interpreter, a file that is not executable
             return f"the program could not start: {exc}"
         try:
@@ -307,4 +324,4 @@ def _tail(file) -> str:
     return file.read().decode("utf-8", errors="replace").strip()[-300:]
 
 
-__all__ = ["GatewayLoop", "ProgramLoop"]
+__all__ = ["GatewayLoop", "ProgramLoop", "read_reward_url"]

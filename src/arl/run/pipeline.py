@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -273,11 +274,11 @@ def _print_summary(results: dict[str, Any], out_dir: Path) -> None:
         rows.append(("val success after BC", f"{before.get('val/success_rate', float('nan')):.3f}"))
     rows.append(("val success after RL", f"{after.get('val/success_rate', float('nan')):.3f}"))
     valid = after.get("val/valid_action_ratio", float("nan"))
-    rows.append(("val valid-action ratio", "- (no turn was played)" if valid != valid else f"{valid:.3f}"))
+    rows.append(("val valid-action ratio", f"{valid:.3f}" if math.isfinite(valid) else "- (no turn was played)"))
     failed = int(after.get("val/env_errors", 0.0))
     if failed:  # counted as losses in the success rate; the run's episode files say what went wrong
-        rows.append(("failed validation episodes", f"{failed} (env errors, counted as losses: see "
-                     f"{out_dir / 'val_episodes'} and the log)"))
+        where = f"{failed} (env errors, counted as losses: see {out_dir / 'val_episodes'} and the log)"
+        rows.append(("failed validation episodes", where))
     rows.append(("validation sampling", results.get("val_sampling", "-")))
     rows.append(("run folder", str(out_dir)))
     rows.append(("final policy (HF)", results["policy_hf"]))
