@@ -148,12 +148,22 @@ class SlowLearner(Callback):
         time.sleep(self.seconds)
 
 
-class SignalRollout(Callback):
-    """Send ``sig`` (a signal's name: SIGKILL, SIGSTOP) to the rollout process after update ``iteration`` and
-    write the wall time of it to ``stamp``: the test measures how soon after it the learner stopped."""
+class SlowValidation(Callback):
+    """Sleep ``seconds`` at the end of every validation, before the checkpoint written there (checkpoint callbacks
+    run last): an asynchronous rollout process plays the next batch meanwhile, so the checkpoint queues it."""
 
-    def __init__(self, iteration: int, sig: str, stamp: str):
-        self.iteration, self.sig, self.stamp = int(iteration), getattr(signal, sig), Path(stamp)
+    def __init__(self, seconds: float):
+        self.seconds = float(seconds)
+
+    def on_validation_end(self, trainer, pl_module):
+        time.sleep(self.seconds)
+
+
+class SignalRollout(Callback):
+    """Send ``sig`` (a signal's name: SIGKILL, SIGSTOP) to the rollout process after update ``iteration``."""
+
+    def __init__(self, iteration: int, sig: str):
+        self.iteration, self.sig = int(iteration), getattr(signal, sig)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if pl_module.iteration == self.iteration:
@@ -161,7 +171,6 @@ class SignalRollout(Callback):
 
             (push,) = [cb for cb in trainer.callbacks if isinstance(cb, WeightPush)]
             os.kill(push.rollouts.process.pid, self.sig)
-            self.stamp.write_text(repr(time.time()))
 
 
 class FakeSpikeAt(Callback):

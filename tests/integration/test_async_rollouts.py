@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -109,11 +108,17 @@ def test_no_trained_turn_is_older_than_the_bound(k, tmp_path):
 
 
 def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous, tmp_path):
+    """Killed after update 3; the checkpoint it resumes from was written after update 2's validation, which was
+    slowed so that the rollout process had played batch 2 by then: the checkpoint queues it, and the resumed run
+    trains it, then plays on from the random states the learner hands over, as the synchronous run does."""
     sync_dir, _ = synchronous
-    kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3"]
+    kill = ["+callbacks.kill._target_=scale_helpers.KillAt", "+callbacks.kill.iteration=3",
+            "+callbacks.slowval._target_=scale_helpers.SlowValidation", "+callbacks.slowval.seconds=6"]
     killed = _cli(["rl.max_staleness=0", *kill], tmp_path, "resume")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     run_dir = _run_dir(tmp_path, "resume")
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert ckpt["RolloutDataModule"]["iteration"] == 2 and len(ckpt["RolloutDataModule"]["source"]["queued"]) == 1
     resumed = _cli(["rl.max_staleness=0", "ckpt_path=last"], tmp_path, "resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout and str(run_dir) in resumed.stdout
@@ -151,14 +156,14 @@ def test_a_resumed_run_trains_the_batches_its_checkpoint_queued(tmp_path):
     ("SIGKILL", "the rollout process died"),  # killed anywhere, a weight load included: the mailbox has no lock
     ("SIGSTOP", "has shown no progress for"),  # hung: the watchdog
 ])
-def test_the_learner_stops_with_a_message_soon_after_its_rollout_process_dies_or_hangs(sig, message, tmp_path):
-    stamp = tmp_path / "signalled"
+def test_the_learner_stops_with_a_message_when_its_rollout_process_dies_or_hangs(sig, message, tmp_path):
+    """The rollout process SIGKILLed (anywhere, a weight load included) or frozen (SIGSTOP: a hang, possibly in the
+    middle of sending a batch) after update 1: the learner ends the run with a message instead of waiting for
+    ever (a hang here would run into the subprocess's timeout and fail the test)."""
     hit = ["+callbacks.hit._target_=scale_helpers.SignalRollout", "+callbacks.hit.iteration=1",
-           f"+callbacks.hit.sig={sig}", f"+callbacks.hit.stamp={stamp}"]
+           f"+callbacks.hit.sig={sig}"]
     done = _cli(["rl.max_staleness=1", "rl.rollout_watchdog_s=5", *hit], tmp_path / "logs", "hit")
-    ended = time.time()
     assert done.returncode != 0 and message in done.stderr, done.stderr[-3000:]
-    assert ended - float(stamp.read_text()) < 45  # the watchdog's 5 s, the batch in flight, the exit's
     assert "Traceback" in done.stderr  # a failed run's usual record, not a hang to be killed from outside
 
 

@@ -294,7 +294,7 @@ def test_a_record_rewritten_by_a_reload_is_named(archive):
     for old in (run / "tensorboard" / "rl").glob("events.out.tfevents.1*"):
         os.utime(old, (2e9, 2e9))  # a checkout's mtimes say nothing of the order
     row = generate(_spec(archive), "archives").splitlines()[2]
-    assert row.startswith("| [`s1`](results/s1/report.md) | 6 | 6 | 6 | 0 | 1 |")
+    assert row.startswith("| [`s1`](s1/report.md) | 6 | 6 | 6 | 0 | 1 |")  # linked from the archives' index
     assert "1 record written by a run resumed from its checkpoint holds no `val_before_rl`" in row
     assert "the record of GRPO seed 3 was rewritten by a reload of the already finished run" in row
 
@@ -804,8 +804,8 @@ def test_parameters_are_counted_in_an_archived_start_of_the_same_model(tmp_path,
 
 
 def _real_pages_copy(tmp_path):
-    """tmp/docs/results.md, tmp/README.md and tmp/docs/results/findings.yaml copied from this checkout, the
-    archives linked: the real spec and pages, to plant numbers in."""
+    """tmp/docs/results.md, tmp/README.md, tmp/docs/results/findings.yaml and the archives' index copied from this
+    checkout, the archives linked: the real spec and pages, to plant numbers in."""
     import shutil
 
     docs = tmp_path / "docs"
@@ -814,6 +814,7 @@ def _real_pages_copy(tmp_path):
         if entry.is_dir():
             (docs / "results" / entry.name).symlink_to(entry)
     shutil.copy(ROOT / "docs" / "results" / "findings.yaml", docs / "results" / "findings.yaml")
+    shutil.copy(ROOT / "docs" / "results" / "README.md", docs / "results" / "README.md")
     shutil.copy(ROOT / "docs" / "results.md", docs / "results.md")
     shutil.copy(ROOT / "README.md", tmp_path / "README.md")
     return docs

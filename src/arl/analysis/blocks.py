@@ -326,7 +326,9 @@ def cost_block(study: Study) -> str:
 # --------------------------------------------------------------------------- blocks over the spec
 
 
-def archives_block(spec: Spec) -> str:
+def archives_block(spec: Spec, base: Path | None = None) -> str:
+    """What each archive holds and lacks, one row per study; links relative to ``base`` (default: the results
+    page's folder)."""
     head = ["archive", "runs", "reached their last iteration", "run records (`rl_results.json`)",
             "per-game episodes (`val_episodes/`)", "records of resumed runs", "notes"]
     rows = []
@@ -349,7 +351,8 @@ def archives_block(spec: Spec) -> str:
             notes.append(f"{len(shared)} run folders reuse the names of `{shared[0][1]}`'s runs for runs from another "
                          f"start (`model.init_from`): the folder name does not identify the run, its config does")
         resumed = len(c["resumed"]) + len(c["reloaded"])
-        rows.append([f"[`{study.archive.parent.name}`]({_rel(study.report, spec) if study.report else ''})",
+        link = (str(study.report.relative_to(base)) if base is not None else _rel(study.report, spec)) if study.report else ""
+        rows.append([f"[`{study.archive.parent.name}`]({link})",
                      str(c["runs"]), str(c["finished"]), str(c["records"]), str(c["episodes"]),
                      str(resumed) if c["records"] else "-", "; ".join(notes) or "-"])
     return _table(head, rows, ["---"] + ["---:"] * 5 + ["---"])

@@ -54,7 +54,7 @@ def generate(spec: Spec, name: str) -> str:
     if name == "headline":
         return headline_block(spec)
     if name == "archives":
-        return archives_block(spec)
+        return archives_block(spec, base=spec.root)  # on the archives' index, docs/results/README.md
     if name == "default-job":
         return default_job_block(spec)
     study_key, _, kind = name.partition("-")

@@ -146,13 +146,15 @@ def _play(run: RunSettings, dm, mailbox: WeightMailbox, batches, first: tuple, s
     k = int(run.rl.max_staleness)
     chained = k == 0
     dm.iteration, states, own_stream = first
-    restore_rng(states)
-    if own_stream:
-        fork_stream(states)
+    from_learner = states is None  # k = 0 after a queue: the states come with the version that admits the start
+    if not from_learner:
+        restore_rng(states)
+        if own_stream:
+            fork_stream(states)
     while dm.iteration < run.rl.iterations:
         it = dm.iteration
         waited = mailbox.wait_for(max(0, it - k), stop)  # admission
-        if chained and it != first[0]:  # continue the learner's random stream, as the synchronous loop would
+        if chained and (it != first[0] or from_learner):  # continue the learner's stream, as the synchronous loop would
             states = mailbox.rng_for(it, stop)
             if states is None:
                 return False
@@ -277,7 +279,10 @@ class AsyncRollouts:
         if self.published < 0:
             self._trim_queue(int(version))
             start = int(version) + len(self.received)
-            states = _from_bytes(self.received[-1])[1] if self.received else capture_rng()
+            if self.chained and self.received:  # the start's random states: those the learner publishes with the
+                states = None  # version that admits it, after training the queue (one stream, the synchronous order)
+            else:
+                states = _from_bytes(self.received[-1])[1] if self.received else capture_rng()
             self.mailbox.start_at(start, states, own_stream=not self.chained and not self.received)
         rng = capture_rng() if self.chained and self.published >= 0 else None
         self.mailbox.publish(model, version, rng)
