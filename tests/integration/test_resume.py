@@ -124,6 +124,7 @@ def test_a_kill_during_a_checkpoint_write_resumes_from_the_last_complete_one(tmp
     assert (run_dir / "policy_hf" / "model.safetensors").exists()
 
 
+@pytest.mark.long  # over a minute: make test-long, run by CI after make test
 def test_a_multirun_resumes_by_running_the_same_command_again(runs, tmp_path):
     """`ckpt_path=resume` in a multirun with a fixed sweep dir: the killed job continues in its own
     folder when the same command runs again, and ends where the straight run ended."""

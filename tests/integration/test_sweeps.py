@@ -17,6 +17,7 @@ TINY = ["debug=smoke", "bc.episodes=24", "bc.epochs=1", "rl.iterations=1", "rl.v
         "rollout.max_new_tokens=12", "algo.filter.name=none"]
 
 
+@pytest.mark.long  # over a minute: make test-long, run by CI after make test
 def test_joblib_runs_two_jobs_at_once_then_the_report(tmp_path):
     """``hydra/launcher=joblib_local``: the two jobs of a two-point multirun overlap in time (each
     writes its config when it starts and its exported policy when it ends), and the report reads
