@@ -118,6 +118,7 @@ def bc_lanes(tmp_path_factory, tiny_path):
             for lane, overrides in BC_LANES.items()}
 
 
+@pytest.mark.long  # its lanes are five BC runs (over a minute a worker): make test-long, run by CI after make test
 @pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu", "cpu_micro", "ddp_micro"])
 def test_behaviour_cloning_sharded_over_two_ranks_is_the_one_process_run(bc_lanes, trainer):
     """Each rank takes its share of every global batch (batch size 5: shares of 2 and 3, and a short
