@@ -7,8 +7,9 @@
     python src/view.py logs/cmp/start_s1 logs/cmp/rl_s1 --out cmp.html  # two eval runs on the same games
 
 Open the page in any browser, offline: filter by outcome, task type, iteration, run seed and run;
-read an episode turn by turn; put two validations side by side on the same games
-(``arl.analysis.viewer``).
+read an episode turn by turn; put two validations side by side on the same games; see each training
+run's validation success (and WebShop's score) over iterations, overall and per task type, with the
+validation of the episode on screen marked (``arl.analysis.viewer``).
 """
 
 from __future__ import annotations

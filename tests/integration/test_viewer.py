@@ -1,6 +1,7 @@
 """The episode viewer (src/view.py) in a real headless Chromium: the page of a real short run and
 of an archived study, checked through the DOM: every episode reachable, the filters change what is
-shown, a turn shows its response and reward, two validations compare game by game."""
+shown, a turn shows its response and reward, two validations compare game by game, the validation
+curves hold the files' values and mark the validation of the episode on screen."""
 
 import json
 import subprocess
@@ -16,6 +17,7 @@ from arl_testing import ROOT, compose
 CHROMIUM = find_chromium()
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="no chromium (scripts/system_deps.sh installs it)")
 ARCHIVE = ROOT / "docs" / "results" / "alfworld_calibration"
+WEBSHOP_ARCHIVE = ROOT / "docs" / "results" / "webshop_rl_study" / "runs"
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,11 @@ def file_rows(root: Path) -> dict[str, dict]:
             row = json.loads(line)
             out[f"{v['key']}|{row['seed']}"] = row
     return out
+
+
+def marked(page) -> list[str]:
+    """The iterations of the curve points ringed as the validation of the episode on screen."""
+    return page.eval_on_selector_all("#curves circle.pt.current", "c => c.map(x => x.dataset.iteration)")
 
 
 def shown_keys(page) -> list[str]:
@@ -96,6 +103,28 @@ def test_the_page_of_a_run_shows_every_episode_filters_and_turns(browser, short_
     assert first.locator("pre.observation").text_content() == turn["observation"] != ""
     assert first.locator(".reward").text_content() == f"{turn['reward']:+.2f}"
     assert page.locator("#detail-body .turn").count() == rows[key]["turns"]
+    # the validation curve (sokoban: one task type, not graded: one success chart, no score chart): a point per
+    # validation at the success its file gives, the validation of the episode on screen (iteration 1) ringed
+    won_at = {k: sum(r["won"] for key_, r in rows.items() if f"@{k}|" in key_) for k in (0, 1)}
+    assert page.is_visible("#curves") and page.locator("#curves svg.curve").count() == 1
+    points = page.locator("#curves circle.pt")
+    assert points.count() == 2 and page.locator("#curves circle.pt[data-series='all']").count() == 2
+    for k in (0, 1):
+        point = page.locator(f"#curves circle.pt[data-iteration='{k}']")
+        assert float(point.get_attribute("data-value")) == won_at[k] / 4
+        assert point.locator("title").text_content().endswith(
+            f"@ iter {k}, all task types: {won_at[k]} of 4 won (success {won_at[k] / 4:.3f})")
+    cy = {k: float(page.get_attribute(f"#curves circle.pt[data-iteration='{k}']", "cy")) for k in (0, 1)}
+    assert (cy[0] < cy[1]) == (won_at[0] > won_at[1]) and (cy[0] == cy[1]) == (won_at[0] == won_at[1])
+    assert marked(page) == ["1"]
+    assert page.get_attribute("#curves line.here", "visibility") == "visible"
+    assert page.get_attribute("#curves line.here", "x1") == page.get_attribute("#curves circle.pt.current", "cx")
+    page.select_option("#f-iter", "0")
+    page.click("#list tbody tr >> nth=0")  # an episode of validation 0: the marker moves there
+    assert marked(page) == ["0"]
+    assert page.get_attribute("#curves line.here", "x1") == page.get_attribute("#curves circle.pt.current", "cx")
+    page.click("#curves circle.pt[data-iteration='1']")  # a point lists its validation's episodes
+    assert page.input_value("#f-iter") == "1" and page.inner_text("#count").startswith("4 of 8 episodes shown")
     # two validations on the same games: the counts game_pairs gives, and both episodes side by side
     before = {r["seed"]: r["won"] for k, r in rows.items() if "@0|" in k}
     after = {r["seed"]: r["won"] for k, r in rows.items() if "@1|" in k}
@@ -122,6 +151,44 @@ def test_the_page_of_an_archived_study_reaches_every_episode_and_says_what_is_mi
     assert page.inner_text("#count").startswith(f"{len(rows) // 2} of {len(rows)} episodes shown")
     page.click("#list tbody tr >> nth=0")
     assert "Turns not recorded" in page.inner_text("#detail-body")
+    assert page.errors == []
+
+
+@needs_browser
+def test_the_curves_of_an_archived_graded_study(browser, tmp_path):
+    """WebShop's eight archived runs: per run a success and a score chart, the overall curve and the
+    five task types' at iterations 0 and 20, the values the runs logged; the marker follows the episode."""
+    if not WEBSHOP_ARCHIVE.is_dir():
+        pytest.skip("the WebShop RL study archive is not in this checkout")
+    page = open_page(browser, write_viewer(WEBSHOP_ARCHIVE, tmp_path / "webshop.html"))
+    runs = sorted(p.name for p in WEBSHOP_ARCHIVE.iterdir())
+    charts = page.locator("#curves .chart")
+    assert charts.count() == 8 and [charts.nth(i).locator("h3").text_content() for i in range(8)] == runs
+    assert page.locator("#curves svg.curve[data-measure='success']").count() == 8
+    assert page.locator("#curves svg.curve[data-measure='score']").count() == 8
+    types = ["beauty", "electronics", "fashion", "food", "furniture"]
+    assert page.inner_text("#curves-legend").split() == ["all", "task", "types", *types]
+    first = charts.nth(0)
+    logged = json.loads((WEBSHOP_ARCHIVE / runs[0] / "rl_results.json").read_text())
+    for measure, tag in (("success", "val/success_rate"), ("score", "val/score")):
+        svg = first.locator(f"svg[data-measure='{measure}']")
+        assert svg.locator("circle.pt[data-series='all']").count() == 2
+        assert svg.locator("polyline").count() == 6
+        for t in types:
+            assert svg.locator(f"circle.pt[data-type='{t}']").count() == 2
+        for k, key in ((0, "val_before_rl"), (20, "val_after_rl")):
+            value = float(svg.locator(f"circle.pt[data-series='all'][data-iteration='{k}']").get_attribute("data-value"))
+            assert value == pytest.approx(logged[key][tag], abs=1e-3)
+    food = first.locator("svg[data-measure='success'] circle.pt[data-type='food'][data-iteration='20']")
+    assert float(food.get_attribute("data-value")) == logged["val_after_rl"]["val/success_rate/food"]
+    page.click("#list tbody tr >> nth=0")  # the first run's start validation
+    assert page.locator("#curves .chart.current").count() == 1 and "current" in first.get_attribute("class")
+    assert marked(page) == ["0"] * 12  # six series, two charts
+    page.select_option("#f-run", runs[1])
+    page.select_option("#f-iter", "20")
+    page.click("#list tbody tr >> nth=0")
+    assert marked(page) == ["20"] * 12 and "current" in charts.nth(1).get_attribute("class")
+    assert "current" not in first.get_attribute("class")
     assert page.errors == []
 
 
@@ -170,6 +237,7 @@ def test_two_eval_runs_side_by_side(browser, tmp_path):
     assert proc.returncode == 0, proc.stderr
     page = open_page(browser, out)
     assert page.inner_text("#cmp-summary").startswith("4 games in both: won before 2, after 3; 2 gained, 1 lost")
+    assert page.is_hidden("#curves")  # eval runs: no iteration axis, no curve
     page.click("#cmp-games tbody tr >> nth=0")  # game 11: lost at the start, won after
     assert page.locator("#side-a pre.observation").text_content() == "start 1"
     assert page.locator("#side-b pre.observation").text_content() == "rl 1"

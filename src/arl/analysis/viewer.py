@@ -6,8 +6,11 @@ one such file) and writes one HTML file that opens from disk, offline, with no s
 episodes filtered by outcome, task type, validation iteration, run seed and run; each episode turn
 by turn (the observation, the model's whole response with its thinking greyed, the parsed action,
 valid or why not, the reward, the GiGPO anchor key); and two validations on the same games side by
-side (games gained and lost, McNemar's exact test, as ``src/compare.py`` counts them). The data sit
-in the page as JSON; the browser renders one page of the list and one episode at a time, so
+side (games gained and lost, McNemar's exact test, as ``src/compare.py`` counts them); and each
+training run's validation curves, drawn by the page as inline SVG from the same episodes
+(:func:`validation_curves`: the success rate, and the score where the env is graded, per validation
+iteration, overall and per task type), the validation of the episode on screen marked on them. The
+data sit in the page as JSON; the browser renders one page of the list and one episode at a time, so
 thousands of episodes stay quick (``bench/viewer.py`` times it).
 
 Files written before the turn logs (or archived without them, ``scripts/archive_runs.sh``) hold a
@@ -27,11 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from arl.analysis.runs import read_config
 from arl.utils.episode_files import iteration_of
 
 PAGE = Path(__file__).with_name("viewer_page.html")
 EVAL_FILE = "val_episodes.jsonl"
 _SEED_IN_NAME = re.compile(r"seed_?(\d+)(?!.*seed)")
+# the envs whose EnvSpec grades an episode beyond winning it (``graded=True``: WebShop's purchase score), whose runs
+# log ``val/score``; the page draws a score curve for the runs whose saved config plays one of them
+GRADED_ENVS = frozenset({"webshop"})
 SUMMARY_ONLY = ("this file holds episode summaries only (written before validation files kept the turns, or "
                 "archived without them: scripts/archive_runs.sh); the run folder's own files have them")
 
@@ -39,12 +48,14 @@ SUMMARY_ONLY = ("this file holds episode summaries only (written before validati
 @dataclass
 class ValidationFile:
     """One validation's episode file: ``run`` (the run folder relative to the viewed folder),
-    ``iteration`` (the RL iteration, None for an eval run) and the run's ``seed`` when known."""
+    ``iteration`` (the RL iteration, None for an eval run), the run's ``seed`` and ``env`` (the env's
+    registry name) when its saved config or folder name says them."""
 
     path: Path
     run: str
     iteration: int | None
     run_seed: int | None
+    env: str | None = None
 
     @property
     def iteration_label(self) -> str:
@@ -66,6 +77,18 @@ def _run_seed(run_dir: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _run_env(run_dir: Path) -> str | None:
+    """The ``env.name`` of the run's ``.hydra/config.yaml``; None without one (or with one YAML
+    cannot read: the page then draws no score curve for the run)."""
+    try:
+        config = read_config(run_dir)
+    except yaml.YAMLError:
+        return None
+    env = config.get("env") if isinstance(config, dict) else None
+    name = env.get("name") if isinstance(env, dict) else None
+    return str(name) if name is not None else None
+
+
 def find_validations(root: Path) -> list[ValidationFile]:
     """The validation files under ``root`` (or ``root`` itself when it is one), ordered by run and
     iteration (an eval file last in its run)."""
@@ -73,10 +96,11 @@ def find_validations(root: Path) -> list[ValidationFile]:
     if root.is_file():
         k = iteration_of(root)
         run_dir = root.parent.parent if k is not None else root.parent
-        return [ValidationFile(root, run_dir.name or str(run_dir), k, _run_seed(run_dir))]
+        return [ValidationFile(root, run_dir.name or str(run_dir), k, _run_seed(run_dir), _run_env(run_dir))]
     if not root.is_dir():
         raise FileNotFoundError(f"{root} does not exist")
     found = []
+    envs: dict[Path, str | None] = {}  # each run's config read once
     for path in root.rglob("*.jsonl"):
         k = iteration_of(path)
         if k is not None and path.parent.name == "val_episodes":
@@ -85,17 +109,21 @@ def find_validations(root: Path) -> list[ValidationFile]:
             run_dir = path.parent
         else:
             continue
+        if run_dir not in envs:
+            envs[run_dir] = _run_env(run_dir)
         rel = run_dir.relative_to(root).as_posix()
-        found.append(ValidationFile(path, root.resolve().name if rel == "." else rel, k, _run_seed(run_dir)))
+        found.append(ValidationFile(path, root.resolve().name if rel == "." else rel, k, _run_seed(run_dir),
+                                    envs[run_dir]))
     found.sort(key=lambda f: (f.run, f.iteration is None, f.iteration or 0))
     return found
 
 
 def page_data(roots: Path | list[Path]) -> dict[str, Any]:
     """What the page of one folder or several shows: ``validations`` (run, iteration, run seed,
-    label, the file relative to its folder, a note on what is missing) and ``episodes`` (each row of
-    each file, with ``v``, its validation's index). With several folders (two eval runs, say) each
-    run is named after its folder too."""
+    label, the file relative to its folder, the env and whether it is graded, a note on what is
+    missing), ``episodes`` (each row of each file, with ``v``, its validation's index) and
+    ``curves`` (:func:`validation_curves` of the two). With several folders (two eval runs, say)
+    each run is named after its folder too."""
     roots = [Path(r) for r in ([roots] if isinstance(roots, (str, Path)) else roots)]
     files: list[tuple[Path, ValidationFile]] = []
     for root in roots:
@@ -118,13 +146,69 @@ def page_data(roots: Path | list[Path]) -> dict[str, Any]:
         validations.append({"key": f"{f.run}@{f.iteration_label}", "run": f.run, "iteration": f.iteration,
                             "iteration_label": f.iteration_label, "run_seed": f.run_seed, "label": f.label,
                             "file": f.path.relative_to(root).as_posix() if Path(root).is_dir() else f.path.name,
+                            "env": f.env, "graded": f.env in GRADED_ENVS,
                             "missing": None if has_turns else SUMMARY_ONLY})
         for row in rows:
             episodes.append(_episode(row, v))
     if summary_only:
         notes.append(f"{summary_only} of {len(files)} validation files hold episode summaries only, no turns: "
                      + SUMMARY_ONLY + ".")
-    return {"source": ", ".join(map(str, roots)), "validations": validations, "episodes": episodes, "notes": notes}
+    return {"source": ", ".join(map(str, roots)), "validations": validations, "episodes": episodes, "notes": notes,
+            "curves": validation_curves(validations, episodes)}
+
+
+def _point(v: int, iteration: int, rows: list[dict[str, Any]], graded: bool) -> dict[str, Any]:
+    """One validation's point of a curve from its ``rows`` (at least one): ``v``, ``iteration``,
+    ``episodes``, ``won``, ``success`` (won / episodes) and ``score`` (100 x the mean final score;
+    None unless ``graded``); an episode with an env error is a loss scoring 0, as ``val/*`` count it."""
+    won = sum(bool(r["won"]) and not r.get("env_error") for r in rows)
+    score = None
+    if graded:
+        score = 100.0 * sum(0.0 if r.get("env_error") else float(r.get("score") or 0.0) for r in rows) / len(rows)
+    return {"v": v, "iteration": iteration, "episodes": len(rows), "won": won, "success": won / len(rows),
+            "score": score}
+
+
+def validation_curves(validations: list[dict[str, Any]], episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each training run's validation curves, from the episodes the page shows (so a curve and the
+    episodes under it agree exactly).
+
+    ``validations`` and ``episodes`` are :func:`page_data`'s (a validation's ``run``, ``iteration``
+    and ``graded``; an episode's ``v``, ``won``, ``env_error``, ``score`` and ``task_type``). Returns,
+    per run with at least one training validation (``iteration`` not None; an eval run has no
+    iteration axis) in the order of ``validations``: ``{"run", "graded", "task_types", "series"}``.
+    ``series`` is ``[{"task_type": None, "points": [...]}]`` (every episode of each validation),
+    followed, when the run's episodes have two task types or more (one type's curve is the overall
+    one, as ``val/success_rate/<type>`` is logged), by one series per task type (sorted, the types
+    listed in ``task_types``) with a point at each validation that played that type. A point is
+    :func:`_point`'s, in iteration order; a validation with no episodes has none. Success is
+    ``val/success_rate`` and score ``val/score`` (graded envs) of that validation.
+    """
+    by_run: dict[str, list[int]] = {}
+    for v, val in enumerate(validations):
+        if val["iteration"] is not None:
+            by_run.setdefault(val["run"], []).append(v)
+    rows_of: dict[int, list[dict[str, Any]]] = {}
+    for e in episodes:
+        rows_of.setdefault(e["v"], []).append(e)
+    curves = []
+    for run, vs in by_run.items():
+        vs = sorted(vs, key=lambda v: validations[v]["iteration"])
+        graded = any(validations[v]["graded"] for v in vs)
+        types = sorted({str(e.get("task_type") or "") for v in vs for e in rows_of.get(v, [])})
+        if len(types) < 2:
+            types = []
+        series = [{"task_type": None, "points": [_point(v, validations[v]["iteration"], rows_of[v], graded)
+                                                 for v in vs if rows_of.get(v)]}]
+        for t in types:
+            points = []
+            for v in vs:
+                rows = [e for e in rows_of.get(v, []) if str(e.get("task_type") or "") == t]
+                if rows:
+                    points.append(_point(v, validations[v]["iteration"], rows, graded))
+            series.append({"task_type": t, "points": points})
+        curves.append({"run": run, "graded": graded, "task_types": types, "series": series})
+    return curves
 
 
 def _episode(row: dict[str, Any], v: int) -> dict[str, Any]:
