@@ -32,7 +32,8 @@ One registered function per estimator, all with one signature (verl's: the tenso
 as the policy losses return ``(loss_mat, metrics)``: ``advantages`` (N,), one per turn sample, and
 ``metrics`` the estimator's own diagnostics, 0-dim tensors by short name (the module logs them under
 ``adv/``; GiGPO's ``step_std``, none for GRPO and RLOO). :class:`TurnTable` holds the six tensors
-above and checks their shapes once.
+above and checks their shapes once. A ``package.module:function`` from outside takes the same
+(:data:`CONTRACT`) and ``algo.advantage.kwargs`` as extra keywords; :func:`estimator` binds them.
 
 The settings are keys of the ``algo.advantage`` block (:class:`arl.algos.schema.AdvantageConfig`,
 where their defaults live; the functions have none); each estimator reads the keys it uses (its
@@ -47,14 +48,14 @@ rewards (float32 for integer input). GiGPO on 20,000 turn samples takes about 10
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry
+from arl.algos.registry import Contract, Registry
 
 if TYPE_CHECKING:  # the schema imports this module for the registry's names
     from arl.algos.schema import AdvantageConfig
@@ -98,8 +99,33 @@ class TurnTable:
 
 
 TurnEstimator = Callable[[TurnTable, "AdvantageConfig"], tuple[Tensor, dict[str, Tensor]]]
-ESTIMATORS: Registry[TurnEstimator] = Registry("advantage estimator")
+#: how the RL module calls an estimator (:func:`estimator`; a ``package.module:function`` is checked against it
+#: at start-up); ``algo.advantage.kwargs`` are passed as extra keywords
+CONTRACT = Contract(
+    positional=("table", "cfg"),
+    returns="(advantages (N,), metrics: a dict of scalar tensors, logged under adv/)",
+)
+ESTIMATORS: Registry[TurnEstimator] = Registry("advantage estimator", CONTRACT)
 get = ESTIMATORS.get
+
+
+def estimator(cfg: AdvantageConfig) -> TurnEstimator:
+    """The configured estimator, called as ``(table, cfg)``: function ``cfg.name`` (registered, or a
+    ``package.module:function``) with ``cfg.kwargs`` bound, its result checked (advantages of shape
+    (N,), a mapping of metrics; else a ``ValueError`` naming the estimator)."""
+    fn, kwargs, name = get(cfg.name), dict(cfg.kwargs), cfg.name
+
+    def call(table: TurnTable, cfg: AdvantageConfig) -> tuple[Tensor, dict[str, Tensor]]:
+        result = fn(table, cfg, **kwargs)
+        ok = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)
+        if not ok or not isinstance(result[0], Tensor) or tuple(result[0].shape) != (table.n,):
+            got = (f"advantages of shape {tuple(result[0].shape)}" if ok and isinstance(result[0], Tensor)
+                   else f"a {type(result).__name__}")
+            raise ValueError(f"advantage estimator {name!r} returned {got}; it must return {CONTRACT.returns} "
+                             f"for the N = {table.n} turn samples")
+        return result[0], dict(result[1])
+
+    return call
 
 
 # --------------------------------------------------------------------------------------------

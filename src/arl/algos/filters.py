@@ -6,7 +6,9 @@ rewards, no format penalty) and ``group_ids`` (E,). A filter keeps or drops whol
     get(name)(returns=, group_ids=, valid_ratio=None, **settings) -> FilterResult
 
 with the settings from the ``algo.filter`` block (:class:`arl.algos.schema.FilterConfig`, where
-their defaults live); :func:`group_filter` binds them, and the DataModule calls the result.
+their defaults live); :func:`group_filter` binds them, and the DataModule calls the result. A
+``package.module:function`` from outside takes the same (:data:`CONTRACT`): the data, the
+``algo.filter`` keys it names as parameters, and ``algo.filter.kwargs`` as extra keywords.
 
 A group is *constant* when max(returns) - min(returns) <= atol over its episodes (atol = 0:
 exact equality). A group of one episode is constant.
@@ -38,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry, keyword_parameters
+from arl.algos.registry import Contract, Registry, keyword_parameters
 
 if TYPE_CHECKING:  # the schema imports this module for the registry's names
     from arl.algos.schema import FilterConfig
@@ -64,8 +66,22 @@ class FilterResult:
     total_groups: int
 
 
+def setting_keys() -> tuple[str, ...]:
+    """The ``algo.filter`` keys a filter may take as parameters (every key but ``name`` and ``kwargs``)."""
+    from arl.algos.schema import FilterConfig, key_names  # here: the schema imports this module
+
+    return tuple(key for key in key_names(FilterConfig) if key not in ("name", "kwargs"))
+
+
 GroupFilter = Callable[..., FilterResult]
-FILTERS: Registry[GroupFilter] = Registry("filter")
+#: how the DataModule calls a filter (:func:`group_filter`; a ``package.module:function`` is checked against it
+#: at start-up): the data by keyword, the ``algo.filter`` keys it names, ``algo.filter.kwargs`` as extra keywords
+CONTRACT = Contract(
+    keywords=DATA_KEYS,
+    returns="a FilterResult (keep (E,) bool, kept_group_ids, kept_groups, total_groups)",
+    settings=setting_keys,
+)
+FILTERS: Registry[GroupFilter] = Registry("filter", CONTRACT)
 REGISTRY = FILTERS
 get = FILTERS.get
 
@@ -134,13 +150,26 @@ def stage_aware(
 
 def filter_kwargs(cfg: FilterConfig) -> dict[str, Any]:
     """The settings of filter ``cfg.name`` from the ``algo.filter`` block: the keys it takes (the
-    re-rollout schedule's keys are the DataModule's)."""
-    return {key: getattr(cfg, key) for key in keyword_parameters(get(cfg.name)) if key not in DATA_KEYS}
+    re-rollout schedule's keys are the DataModule's), then the entries of ``cfg.kwargs``."""
+    keys = setting_keys()
+    named = {key: getattr(cfg, key) for key in keyword_parameters(get(cfg.name)) if key in keys}
+    return {**named, **cfg.kwargs}
 
 
 def group_filter(cfg: FilterConfig) -> GroupFilter | None:
     """The configured filter with its settings bound, called as ``(returns=, group_ids=,
-    valid_ratio=)``; None for ``none`` (every group is kept, no re-rollout)."""
+    valid_ratio=)``, its result checked (a :class:`FilterResult` with one ``keep`` per episode; else a
+    ``ValueError`` naming the filter); None for ``none`` (every group is kept, no re-rollout)."""
     if cfg.name == "none":
         return None
-    return functools.partial(get(cfg.name), **filter_kwargs(cfg))
+    bound, name = functools.partial(get(cfg.name), **filter_kwargs(cfg)), cfg.name
+
+    def call(*, returns: Tensor, group_ids: Tensor, valid_ratio: float | None = None) -> FilterResult:
+        result = bound(returns=returns, group_ids=group_ids, valid_ratio=valid_ratio)
+        if not isinstance(result, FilterResult) or tuple(result.keep.shape) != tuple(returns.shape):
+            got = f"keep of shape {tuple(result.keep.shape)}" if isinstance(result, FilterResult) else f"a {type(result).__name__}"
+            raise ValueError(f"filter {name!r} returned {got}; it must return {CONTRACT.returns} for the "
+                             f"E = {returns.shape[0]} episodes")
+        return result
+
+    return call

@@ -26,11 +26,14 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry
+from arl.algos.registry import Contract, Registry
 
 KLEstimator = Callable[[Tensor, Tensor], Tensor]
 
-ESTIMATORS: Registry[KLEstimator] = Registry("kl estimator")
+#: how :func:`kl_penalty` calls an estimator (a ``package.module:function`` is checked against it at start-up;
+#: no kwargs: the loss and the reward placement both call it with the two log-probs alone)
+CONTRACT = Contract(positional=("log_prob", "ref_log_prob"), returns="the per-token KL estimate (B, T)", kwargs=False)
+ESTIMATORS: Registry[KLEstimator] = Registry("kl estimator", CONTRACT)
 get = ESTIMATORS.get
 
 #: log-ratio clamp before exponentiation (keeps exp finite and its gradient defined)
@@ -68,8 +71,14 @@ def k3(log_prob: Tensor, ref_log_prob: Tensor) -> Tensor:
 
 
 def kl_penalty(log_prob: Tensor, ref_log_prob: Tensor, estimator: str) -> Tensor:
-    """Per-token KL estimate by name (see the module table). (B, T), (B, T) -> (B, T)."""
-    return ESTIMATORS.get(estimator)(log_prob, ref_log_prob)
+    """Per-token KL estimate by name (see the module table; or a ``package.module:function``).
+    (B, T), (B, T) -> (B, T); an estimate of another shape raises ``ValueError`` naming the estimator."""
+    out = ESTIMATORS.get(estimator)(log_prob, ref_log_prob)
+    if not isinstance(out, Tensor) or out.shape != log_prob.shape:
+        got = f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else f"a {type(out).__name__}"
+        raise ValueError(f"kl estimator {estimator!r} returned {got}; it must return {CONTRACT.returns} "
+                         f"= {tuple(log_prob.shape)}")
+    return out
 
 
 def kl_in_reward(

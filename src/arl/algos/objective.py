@@ -2,7 +2,8 @@
 
 :func:`actor_loss` composes the registered pieces in this order:
 
-1. ``loss_mat, m = policy_losses.get(cfg.loss.name)(...)``;
+1. ``loss_mat, m = policy_losses.get(cfg.loss.name)(..., **cfg.loss.kwargs)`` (a registered name or a
+   ``package.module:function``; its result checked by :func:`~arl.algos.policy_losses.loss_output`);
 2. sequence masking (``cfg.seq_mask``): the policy-loss mask drops negative-advantage
    low-ratio sequences; KL and entropy keep the full response mask;
 3. rollout correction (``cfg.rollout_correction``): ``loss_mat *= w``, the importance weight of
@@ -100,13 +101,15 @@ def actor_loss(
             horizon=cfg.loss.horizon,
         )
 
-    loss_mat, metrics = policy_losses.get(cfg.loss.name)(
+    result = policy_losses.get(cfg.loss.name)(
         log_prob=log_prob,
         old_log_prob=old_log_prob,
         advantages=advantages,
         response_mask=mask,
         cfg=cfg.loss,
+        **cfg.loss.kwargs,
     )
+    loss_mat, metrics = policy_losses.loss_output(result, cfg.loss.name, log_prob)
 
     pg_mask, masked_seqs = _sequence_mask(log_prob, old_log_prob, advantages, mask, cfg)
     loss_mat = _rollout_correction(loss_mat, old_log_prob, rollout_log_prob, mask, cfg)

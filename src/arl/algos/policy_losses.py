@@ -3,7 +3,8 @@
 Notation: r_t = exp(log pi_t - log pi_old,t) token ratio, m_t response mask, |y_i| = sum_t m_t,
 sg = stop-gradient, A advantages broadcast over a sample's tokens.
 
-Every loss has the signature ::
+Every loss has the signature (:data:`CONTRACT`; a ``package.module:function`` from outside takes the
+same, and ``algo.loss.kwargs`` as extra keywords) ::
 
     fn(*, log_prob, old_log_prob, advantages, response_mask, cfg) -> (loss_mat, metrics)
 
@@ -19,13 +20,13 @@ w.r.t. log pi equals the REINFORCE gradient -A per token; they differ only off-p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from arl.algos.registry import Registry
+from arl.algos.registry import Contract, Registry
 
 if TYPE_CHECKING:  # the schema imports this module for the registry's names
     from arl.algos.schema import LossConfig
@@ -38,8 +39,26 @@ GSPO_LOG_RATIO_MAX = 10.0
 
 PolicyLoss = Callable[..., tuple[Tensor, dict[str, Tensor]]]
 
-REGISTRY: Registry[PolicyLoss] = Registry("policy loss")
+#: how :func:`arl.algos.objective.actor_loss` calls a policy loss (a ``package.module:function`` is checked
+#: against it at start-up); ``algo.loss.kwargs`` are passed as extra keywords
+CONTRACT = Contract(
+    keywords=("log_prob", "old_log_prob", "advantages", "response_mask", "cfg"),
+    returns="(loss_mat (B, T), metrics: a dict of scalar tensors, with clipfrac, clipfrac_lower and ppo_kl)",
+)
+REGISTRY: Registry[PolicyLoss] = Registry("policy loss", CONTRACT)
 get = REGISTRY.get
+
+
+def loss_output(result: object, name: str, like: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """The ``(loss_mat, metrics)`` that policy loss ``name`` returned, checked: ``loss_mat`` a tensor of
+    the shape of its (B, T) inputs (``like``), ``metrics`` a mapping; else a ``ValueError`` naming the loss."""
+    ok = isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)
+    if not ok or not isinstance(result[0], Tensor) or result[0].shape != like.shape:
+        got = (f"a loss matrix of shape {tuple(result[0].shape)}" if ok and isinstance(result[0], Tensor)
+               else f"a {type(result).__name__}")
+        raise ValueError(f"policy loss {name!r} returned {got}; it must return {CONTRACT.returns} with the "
+                         f"(B, T) = {tuple(like.shape)} of its inputs")
+    return result[0], dict(result[1])
 
 
 def _zero_outside(values: Tensor, mask: Tensor) -> Tensor:

@@ -11,7 +11,10 @@ and the check that validation applies. Everything else is derived from these cla
 - ``configs/algo/base.yaml`` is :func:`render_base_yaml`'s output, and the key table of
   docs/algorithms.md is :func:`key_table`'s (``python -m arl.algos --write`` rewrites both;
   tests fail when either differs). The presets beside base.yaml set values only;
-- the algorithm functions take these values without defaults of their own (a test checks it).
+- the algorithm functions take these values without defaults of their own (a test checks it);
+- a part's ``name`` (the KL's ``estimator``) is a registered name or a ``package.module:function``
+  (:func:`part_name`), whose signature a section's ``section_problems`` checks against the
+  registry's contract with the section's ``kwargs`` (:func:`part_problems`), at start-up.
 
 Nothing here imports a config library.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from arl.algos import advantages, aggregation, filters, kl, policy_losses
+from arl.algos.registry import OUTSIDE_FORM, Kwargs, OutsideNameError, Registry
 from arl.utils import schema as _schema
 from arl.utils.schema import (  # noqa: F401  (re-exported: the section helpers of this group)
     BOOLEAN,
@@ -44,12 +48,58 @@ from arl.utils.schema import (  # noqa: F401  (re-exported: the section helpers 
 )
 
 
+# ------------------------------------------------------------------------- the checks of the parts
+def part_name(registry: Registry) -> Check:
+    """A name of ``registry`` or a ``package.module:function`` that imports to a callable (refused with
+    the reason it does not: the import error, the missing attribute). Its signature is checked
+    against the registry's contract with the section's kwargs by :func:`part_problems`."""
+
+    def problem(value: Any) -> str | None:
+        if isinstance(value, str) and value in registry:
+            return None
+        if not isinstance(value, str) or ":" not in value:
+            return f"is not valid; valid: {', '.join(registry.names())} (or '{OUTSIDE_FORM}')"
+        try:
+            registry.get(value)
+        except OutsideNameError as err:
+            return f"cannot be used: {err.reason}"
+        return None
+
+    return Check(" \\| ".join(f"`{n}`" for n in (*registry.names(), OUTSIDE_FORM)), problem)
+
+
+def _kwargs_problem(value: Any) -> str | None:
+    if not _schema.is_mapping(value):
+        return "must be a mapping (parameter name: value)"
+    bad = [key for key in value if not (isinstance(key, str) and key.isidentifier())]
+    return f"has keys that are not parameter names: {bad}" if bad else None
+
+
+#: a section's ``kwargs``: the extra keyword arguments of its function (typed as an immutable :class:`Kwargs`)
+KWARGS = Check("mapping", _kwargs_problem, Kwargs)
+
+
+def part_problems(registry: Registry, node: Mapping[str, Any], path: str, key: str = "name") -> list[str]:
+    """The problems of calling the function that ``node[key]`` names (its name already valid) as the
+    registry's contract says, with ``node["kwargs"]`` (when the contract passes kwargs): one sentence,
+    ``algo.loss.name=mypkg.losses:my_loss: the policy loss is called with ... ; my_loss lacks ...``."""
+    contract = registry.contract
+    kwargs = node["kwargs"] if contract.kwargs else {}
+    found = contract.problems(registry.get(node[key]), kwargs, path)
+    if not found:
+        return []
+    return [f"{path}.{key}={node[key]}: {contract.describe(registry.name)}; {'; '.join(found)}"]
+
+
 # ------------------------------------------------------------------------------------------- the schema
 @dataclass(frozen=True)
 class LossConfig:
     """``algo.loss``: the policy loss, its aggregation and its clip / gate parameters."""
 
-    name: str = setting("ppo_clip", "policy loss", one_of(policy_losses.REGISTRY.names))
+    name: str = setting("ppo_clip", "policy loss", part_name(policy_losses.REGISTRY))
+    kwargs: Kwargs = setting(
+        Kwargs(), "extra keyword arguments of the loss (a package.module:function's own settings)", KWARGS
+    )
     agg: str = setting("token-mean", "loss aggregation (docs/algorithms.md)", one_of(lambda: aggregation.AGG_MODES))
     horizon: int | None = setting(
         None,
@@ -64,6 +114,11 @@ class LossConfig:
     clip_ratio_c: float = setting(3.0, "dual-clip constant c > 1 for A < 0 (ppo_clip)", number(1.0, low_open=True))
     tau_pos: float = setting(1.0, "SAPO gate temperature for A > 0", number(0.0, low_open=True))
     tau_neg: float = setting(1.05, "SAPO gate temperature for A <= 0", number(0.0, low_open=True))
+
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """The loss function's signature against its contract and ``kwargs``."""
+        return part_problems(policy_losses.REGISTRY, node, path)
 
 
 @dataclass(frozen=True)
@@ -98,7 +153,10 @@ class RolloutCorrectionConfig:
 class AdvantageConfig:
     """``algo.advantage``: the estimator and its settings (each estimator takes the keys it uses)."""
 
-    name: str = setting("grpo", "advantage estimator", one_of(advantages.ESTIMATORS.names))
+    name: str = setting("grpo", "advantage estimator", part_name(advantages.ESTIMATORS))
+    kwargs: Kwargs = setting(
+        Kwargs(), "extra keyword arguments of the estimator (a package.module:function's own settings)", KWARGS
+    )
     gamma: float = setting(0.95, "gigpo: discount of the step returns", number(0.0, 1.0))
     step_weight: float = setting(1.0, "gigpo: w in A = A_episode + w * A_step", number(0.0))
     norm: str = setting(
@@ -124,12 +182,20 @@ class AdvantageConfig:
         1.0e-6, "grpo/gigpo: added to a std before dividing by it (the official 1e-6)", number(0.0, low_open=True)
     )
 
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """The estimator's signature against its contract and ``kwargs``."""
+        return part_problems(advantages.ESTIMATORS, node, path)
+
 
 @dataclass(frozen=True)
 class FilterConfig:
     """``algo.filter``: dynamic sampling (the filter and the DataModule's re-rollout schedule)."""
 
-    name: str = setting("none", "group filter", one_of(filters.FILTERS.names))
+    name: str = setting("none", "group filter", part_name(filters.FILTERS))
+    kwargs: Kwargs = setting(
+        Kwargs(), "extra keyword arguments of the filter (a package.module:function's own settings)", KWARGS
+    )
     max_rollout_rounds: int = setting(
         3, "dapo/stage_aware: rollout rounds to fill the batch with kept groups", integer(1)
     )
@@ -147,14 +213,24 @@ class FilterConfig:
         0.0, "dapo/stage_aware: a group is constant when max - min of its returns <= atol", number(0.0)
     )
 
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """The filter's signature against its contract, the keys it names and ``kwargs``."""
+        return part_problems(filters.FILTERS, node, path)
+
 
 @dataclass(frozen=True)
 class KLConfig:
     """``algo.kl``: the KL(policy || reference) penalty."""
 
     coef: float = setting(0.01, "weight of the KL(policy || reference) penalty", number(0.0))
-    estimator: str = setting("k3", "KL estimator (low_var_kl: k3)", one_of(kl.ESTIMATORS.names))
+    estimator: str = setting("k3", "KL estimator (low_var_kl: k3)", part_name(kl.ESTIMATORS))
     in_loss: bool = setting(True, "true: add coef * KL to the loss; false: subtract it from the reward", BOOLEAN)
+
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """The estimator's signature against its contract (it takes no kwargs)."""
+        return part_problems(kl.ESTIMATORS, node, path, key="estimator")
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ class AgenticRLModule(LightningModule):
             reference.requires_grad_(False).eval()
         self.pad_id = tokenizer.pad_token_id
         self.algo = algo_config(algo)  # validated and typed
-        self.advantage_fn = advantages.get(self.algo.advantage.name)
+        self.advantage_fn = advantages.estimator(self.algo.advantage)  # algo.advantage.kwargs bound
         self.optimizer_factory = optimizer
         self.ppo_epochs = update.ppo_epochs
         self.mini_batches = int(update.mini_batches or 1)

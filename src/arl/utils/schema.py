@@ -8,7 +8,9 @@ e.g. ``rollout.hf_cache`` of the transformers engine) or :func:`section` (a nest
 with a :func:`rest` field is open: keys it does not name are collected there instead of refused
 (``rollout.vllm``, whose other keys go to ``vllm.LLM`` as they are).
 
-:func:`problems` lists every missing, unknown or invalid key of a mapping against a section and
+:func:`problems` lists every missing, unknown or invalid key of a mapping against a section (and,
+once its keys are each valid, what the section's own ``section_problems(node, path)`` finds across
+them, where it has one: the ``algo`` parts' signatures against their ``kwargs``) and
 :func:`build` returns the typed, validated section (numbers cast to their type), so the code that
 reads a config never casts or defaults a value itself. Nothing here imports a config library.
 """
@@ -198,6 +200,9 @@ def problems(node: Any, cls: type, path: str) -> list[str]:
             problem = f.metadata["check"](node[f.name])
             if problem is not None:
                 errors.append(f"{where}={node[f.name]!r} {problem}")
+    rule = getattr(cls, "section_problems", None)  # a rule across the keys of a section whose keys are each valid
+    if rule is not None and not errors:
+        errors.extend(rule(node, path))
     return errors
 
 

@@ -137,7 +137,7 @@ def test_preset_loads_and_validates(name: str) -> None:
 def _leaves(node: dict, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key != "kwargs":  # a part's kwargs is one key whose value is a mapping
             out.update(_leaves(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
