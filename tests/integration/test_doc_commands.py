@@ -285,6 +285,11 @@ def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
 
     args = shlex.split(cmd)
     overrides = args[args.index("src/train.py") + 1:] + [f"paths.log_dir={root / 'logs'}"]
+    # a leading PYTHONPATH=<folders> (examples/ of an algorithm part from outside, which the validation
+    # imports) is the checkout's folders on sys.path, as the shell would give the process
+    folders = [str(ROOT / folder) for arg in args[:args.index("src/train.py")] if arg.startswith("PYTHONPATH=")
+               for folder in arg.split("=", 1)[1].split(os.pathsep)]
+    sys.path[:0] = folders
     try:
         cfg = compose(overrides)
         run = validate_config(cfg)
@@ -292,6 +297,8 @@ def _startup_in_process(cmd: str, root: Path) -> tuple[int, str]:
         resolve_ckpt_path(run.ckpt_path, run.paths.log_dir, run.task_name, run.paths.output_dir)
     except ConfigError as err:
         return 2, str(err)
+    finally:
+        del sys.path[:len(folders)]
     return 0, ""
 
 
