@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 
 from arl.agent.loop import AgentLoop
-from arl.agent.parsing import env_verdict, parse_response
+from arl.agent.parsing import env_verdict
 from arl.agent.prompts import HistoryItem
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.envs.registry import make_env
@@ -46,7 +46,6 @@ def get_expert(env_name: str) -> Callable[[object], str]:
 def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0) -> list[Episode]:
     """Play one expert episode per seed with ``loop``'s env, prompts and tokenizer."""
     expert = get_expert(loop.env_name)
-    tok = loop.tokenizer
     episodes = []
     for i, seed in enumerate(seeds):
         env = make_env(loop.env_name, **loop.pool.env_kwargs)
@@ -58,14 +57,14 @@ def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0
             if prompt is None:  # trajectory stream full
                 break
             text = expert(env)
-            ids = list(tok(text, add_special_tokens=False)["input_ids"])
-            admissible = info.get("admissible_actions") if loop.spec.check_admissible else None
-            parsed = parse_response(text, admissible)
-            result = env.step(parsed.action if parsed.valid else loop.spec.invalid_action)
+            ids = loop.answer_ids(text)
+            parsed = loop.parse_answer(text, info, len(ep.turns))
+            result = env.step(loop.action_for(parsed))
             parsed = env_verdict(parsed, result.info)
             ep.turns.append(
                 Turn(prompt, ids, [0.0] * len(ids), text, parsed.action, parsed.valid, parsed.reason,
-                     float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))), observation=obs)
+                     float(result.reward), bool(result.done), anchor_key(str(info.get("anchor", obs))), observation=obs,
+                     message=parsed.message)
             )
             history.append(HistoryItem(obs, parsed.action, float(result.reward)))
             ep.won = bool(result.info.get("won", False))

@@ -14,6 +14,16 @@ is the session's, in no other URL): ``{"reward": r}`` (the episode's return), an
 ``"task_type"``, ``"invalid_calls"`` (the calls whose answers it could not use) and ``"rewards"`` (one
 per call, the environment's reward after each).
 
+Agents that call tools the OpenAI way work as against any OpenAI-compatible server: a request's ``tools`` are
+rendered by the chat template, ``tool_choice`` (``auto``, ``none``, ``required`` or a named function) says
+whether the answer is read for calls, assistant messages with ``tool_calls`` (and ``content: null``),
+``role: "tool"`` messages and content as a list of text parts are accepted, and an answer whose calls the
+rollout's tool parser (``rollout.tool_parser``, :mod:`arl.agent.tool_calls`) reads comes back with
+``tool_calls`` and ``finish_reason: "tool_calls"``, streamed too. Decoding is never constrained (what trains
+is what was sampled): an answer whose call does not parse comes back as text, as vLLM's does, and counts as an
+invalid call (the format penalty), as does an answer without a call under ``required`` or one calling another
+function than the one named.
+
 Requests of all sessions are batched: a thread takes whatever requests are waiting (up to the
 engine's batch size) and makes one ``engine.generate`` call of them. A malformed request gets HTTP 400
 and marks its session (the episode is then a failed one); an unknown session gets 404. The server is
@@ -41,7 +51,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from arl.agent.prompts import TrajectoryTemplate, encode_prompt
+from arl.agent.prompts import TemplateError, TrajectoryTemplate, encode_prompt
+from arl.agent.tool_calls import (
+    TOOL_CHOICES,
+    as_openai_message,
+    normalize_message,
+    normalize_tools,
+    read_native_answer,
+    renders_tools,
+    same_answer,
+    tool_names,
+)
 from arl.rollout.engine import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -55,7 +75,7 @@ TOO_LARGE = object()  # a request body past max_body_bytes (not read further)
 class Call:
     """One recorded chat completion: the exact prompt ids, the sampled ids and their log-probs."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     prompt_ids: list[int]
     response_ids: list[int]
     log_probs: list[float]
@@ -65,6 +85,8 @@ class Call:
     index: int = -1  # its place among the session's calls, in the order they ended
     parent: int = -1  # trajectory: the index of the call whose stream it continues (-1: it starts a stream)
     request: int = -1  # its place in the order the session's requests came in: what a report's call k means
+    tools: list[dict[str, Any]] = field(default_factory=list)  # the functions the request offered
+    message: dict[str, Any] = field(default_factory=dict)  # the answer as sent (normalized: text and calls)
 
 
 def _finite_number(value: Any) -> bool:
@@ -108,22 +130,56 @@ class Session:
     reward_key: str = field(default_factory=lambda: secrets.token_hex(16))  # in its reward URL: the program's alone
     requests: int = 0  # requests that came in (a call's ``request`` number)
     continued: set[int] = field(default_factory=set)  # trajectory: the calls a later call's stream continues
+    invalid_requests: dict[int, str] = field(default_factory=dict)  # request -> why its answer is an invalid call
 
 
-def _check_messages(body: Any) -> list[dict[str, str]]:
-    """The request's messages, checked: a list of {role, content} with text contents; ``n`` 1 or absent."""
+@dataclass(frozen=True)
+class ChatRequest:
+    """A checked chat request: its messages and tools (normalized, :mod:`arl.agent.tool_calls`) and its
+    ``tool_choice`` (``auto``, ``none``, ``required``, or the one function's name)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    tool_choice: str = "auto"
+    named: str = ""  # tool_choice names a function: its name
+
+
+def _check_request(body: Any) -> ChatRequest:
+    """The request checked (:class:`ChatRequest`): a non-empty ``messages`` list of messages with a role and text
+    content (or text parts; an assistant's ``tool_calls``, a tool message's ``tool_call_id``), ``tools`` a list
+    of functions, ``tool_choice`` one of :data:`~arl.agent.tool_calls.TOOL_CHOICES` or a function of ``tools``;
+    ``n`` 1 or absent. Raises ``ValueError`` naming what is wrong."""
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         raise ValueError("the body must be a JSON object with a non-empty 'messages' list")
-    messages = []
-    for m in body["messages"]:
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant") or not isinstance(
-            m.get("content"), str
-        ):
-            raise ValueError(f"each message needs a role (system, user, assistant) and a text content; got {m!r}")
-        messages.append({"role": m["role"], "content": m["content"]})
+    messages = [normalize_message(m) for m in body["messages"]]
     if body.get("n", 1) not in (1, None):  # every choice would be a sample; one answer a call is what is recorded
         raise ValueError(f"'n' must be 1 (one choice a call); got {body['n']!r}")
-    return messages
+    tools = normalize_tools(body.get("tools"))
+    choice = body.get("tool_choice")
+    if choice is None:
+        return ChatRequest(messages, tools, "auto" if tools else "none")
+    if isinstance(choice, str) and choice in TOOL_CHOICES:
+        if choice == "required" and not tools:
+            raise ValueError("tool_choice 'required' needs 'tools'")
+        return ChatRequest(messages, tools, choice)
+    name = choice.get("function", {}).get("name") if isinstance(choice, dict) and isinstance(
+        choice.get("function"), dict) else None
+    if not isinstance(name, str) or name not in tool_names(tools):
+        raise ValueError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)} or {{'type': 'function', 'function': "
+                         f"{{'name': <one of the tools>}}}}; got {choice!r}"[:500])
+    return ChatRequest(messages, tools, "named", name)
+
+
+def _call_problem(request: ChatRequest, error: str, calls: list) -> str:
+    """Why an answer to ``request`` is an invalid call ("" when it is not): its call did not parse (``error``),
+    it is empty, or it breaks ``tool_choice`` (no call under ``required``, another function than the named)."""
+    if error:
+        return error
+    if request.tool_choice == "required" and not calls:
+        return "no tool call under tool_choice 'required'"
+    if request.tool_choice == "named" and (not calls or any(c.name != request.named for c in calls)):
+        return f"tool_choice names {request.named!r}; the answer called {[c.name for c in calls]}"
+    return ""
 
 
 def _as_events(completion: dict[str, Any], usage: bool) -> Iterator[str]:
@@ -133,10 +189,15 @@ def _as_events(completion: dict[str, Any], usage: bool) -> Iterator[str]:
     event, so streaming changes how it travels, not what is recorded."""
     head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     choice = completion["choices"][0]
-    chunks = [
-        head | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None, "logprobs": None}]},
-        head | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"], "logprobs": None}]},
-    ]
+    message = dict(choice["message"])
+    calls = message.pop("tool_calls", None) or []
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    chunks = [chunk(message)]  # the role and the text; then one delta a call (the client assembles them by index)
+    chunks += [chunk({"tool_calls": [{"index": k, **call}]}) for k, call in enumerate(calls)]
+    chunks.append(chunk({}, choice["finish_reason"]))
     if usage:
         chunks.append(head | {"choices": [], "usage": completion["usage"]})
     for chunk in chunks:
@@ -151,6 +212,7 @@ class RecordingGateway:
         engine: the rollout engine (``generate``).
         tokenizer: the policy's tokenizer (its chat template renders the messages).
         params: how to sample (the rollout's).
+        tool_parser: how answers to requests with ``tools`` are read for calls (``rollout.tool_parser``).
         max_batch_size: requests per engine call at most.
         trajectory: splice calls into one token stream (``trajectory`` samples, :meth:`render`); None renders
             every call afresh.
@@ -164,11 +226,14 @@ class RecordingGateway:
 
     def __init__(self, engine, tokenizer, params: SamplingParams, max_batch_size: int = 64,
                  trajectory: TrajectoryTemplate | None = None, max_prompt_tokens: int | None = None,
-                 max_calls: int = 256, max_body_bytes: int = 2 * 2**20):
+                 max_calls: int = 256, max_body_bytes: int = 2 * 2**20, tool_parser: str = "hermes"):
         self.engine = engine
         self.tokenizer = tokenizer
         self.params = params
         self.trajectory = trajectory
+        self.tool_parser = tool_parser
+        self._renders_tools: bool | None = None  # whether the chat template renders a tool list (asked once)
+        self._tool_templates: dict[str, TrajectoryTemplate | None] = {}  # trajectory templates by tool list
         self.max_prompt_tokens = max_prompt_tokens
         self.host = HOST
         self.max_batch_size = int(max_batch_size)
@@ -253,10 +318,14 @@ class RecordingGateway:
         if session is None:
             return 404, {"error": {"message": f"no session {sid!r} (ended, or never opened)", "type": "not_found"}}
         try:
-            messages = _check_messages(body)
+            request_body = _check_request(body)
+            if request_body.tools and not self._template_renders_tools():
+                raise ValueError("this model's chat template does not render a tool list, so the model would never "
+                                 "see the tools (the tiny model's, SmolLM2's and Qwen's templates do)")
         except ValueError as err:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
+        messages, tools = request_body.messages, request_body.tools
         with self._lock:  # numbered as they come in: concurrent calls may end in another order
             if self._stopping:
                 return 503, {"error": {"message": "the gateway is stopping (the rollout ended)", "type": "unavailable"}}
@@ -265,7 +334,7 @@ class RecordingGateway:
                 return 429, {"error": {"message": session.malformed, "type": "rate_limit_exceeded"}}
             request = session.requests
             session.requests += 1
-        prompt_ids, parent = self.render(session, messages, origin)
+        prompt_ids, parent = self.render(session, messages, origin, tools)
         if self.max_prompt_tokens is not None and len(prompt_ids) > self.max_prompt_tokens:
             session.malformed = (f"a prompt of {len(prompt_ids)} tokens passes the rollout's max_prompt_tokens "
                                  f"({self.max_prompt_tokens})")
@@ -277,42 +346,77 @@ class RecordingGateway:
             self._requests.put((prompt_ids, future))
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
+        message, problem, finish = {"role": "assistant", "content": text}, "", gen.finish_reason
+        if tools and request_body.tool_choice != "none":
+            answer = read_native_answer(text, self.tool_parser, tools, f"{sid}_{request}")
+            message = answer.message
+            problem = _call_problem(request_body, answer.error or ("empty" if not text.strip() else ""), answer.calls)
+            finish = "tool_calls" if answer.calls else finish
         with self._lock:
             if self.sessions.get(sid) is not session:  # the episode ended while this call was sampled: not recorded
                 return 404, {"error": {"message": f"session {sid!r} ended during the call", "type": "not_found"}}
             session.calls.append(Call(messages, list(prompt_ids), list(gen.token_ids), list(gen.log_probs), text,
-                                      gen.finish_reason, origin, len(session.calls), parent, request))
+                                      gen.finish_reason, origin, len(session.calls), parent, request, tools, message))
+            if problem:
+                session.invalid_requests[request] = problem
         return 200, {
             "id": f"chatcmpl-{sid}-{len(session.calls)}", "object": "chat.completion", "created": int(time.time()),
             "model": str(body.get("model", "arl-policy")),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": gen.finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "message": as_openai_message(message), "finish_reason": finish, "logprobs": None}],
             "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(gen.token_ids),
                       "total_tokens": len(prompt_ids) + len(gen.token_ids)},
         }
 
-    def render(self, session: Session, messages: list[dict[str, str]], origin: str = "") -> tuple[list[int], int]:
-        """The prompt ids of a call with ``messages`` from ``origin``, and the index of the call whose token
-        stream they continue (-1: none).
+    def _template_renders_tools(self) -> bool:
+        if self._renders_tools is None:
+            self._renders_tools = renders_tools(self.tokenizer)
+        return self._renders_tools
 
-        With ``trajectory`` set, a call whose messages are an earlier call's of the same origin, that call's
-        answer (as the gateway sent it) and one new user message continues that call's token stream: its
-        prompt ids are that call's prompt, the ids sampled for the answer, then the template's continuation
-        (the assistant turn closed, the user message, the assistant turn opened), so the answer is never
-        tokenised again. A stream is continued once (a second call extending the same one starts its own).
-        Any other call (the first, or one from a program that rewrote its history) is rendered afresh and
-        starts a new stream."""
+    def _trajectory_for(self, tools: list[dict[str, Any]]) -> TrajectoryTemplate | None:
+        """The trajectory template of conversations offering ``tools`` (None: its template does not render them
+        as growing prefixes; such calls are rendered afresh)."""
+        if not tools:
+            return self.trajectory
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._tool_templates:
+            template = TrajectoryTemplate(self.tokenizer, tools)
+            try:
+                template.check()
+            except TemplateError as err:
+                log.warning("trajectory samples of tool calls are not possible with this chat template (%s); "
+                            "each call is rendered afresh", err)
+                template = None
+            self._tool_templates[key] = template
+        return self._tool_templates[key]
+
+    def render(self, session: Session, messages: list[dict[str, Any]], origin: str = "",
+               tools: list[dict[str, Any]] | None = None) -> tuple[list[int], int]:
+        """The prompt ids of a call with ``messages`` (normalized) and ``tools`` from ``origin``, and the index of
+        the call whose token stream they continue (-1: none).
+
+        With ``trajectory`` set, a call whose messages are an earlier call's of the same origin and tools, that
+        call's answer (as the gateway sent it: its text and calls) and then new user or tool messages (the
+        results of its calls) continues that call's token stream: its prompt ids are that call's prompt, the ids
+        sampled for the answer, then the template's continuation (the assistant turn closed, the new messages,
+        the assistant turn opened), so the answer is never tokenised again. A stream is continued once (a second
+        call extending the same one starts its own). Any other call (the first, or one from a program that
+        rewrote its history) is rendered afresh and starts a new stream."""
+        tools = list(tools or [])
         if self.trajectory is not None:
             for earlier in reversed(session.calls):
                 n = len(earlier.messages)
-                if (earlier.origin == origin and earlier.index not in session.continued and len(messages) == n + 2
-                        and messages[:n] == earlier.messages
-                        and messages[n] == {"role": "assistant", "content": earlier.text}
-                        and messages[n + 1]["role"] == "user"):
+                following = messages[n + 1:]
+                if (earlier.origin == origin and earlier.index not in session.continued and len(messages) >= n + 2
+                        and earlier.tools == tools and messages[:n] == earlier.messages
+                        and same_answer(earlier.message, messages[n])
+                        and all(m["role"] in ("user", "tool") for m in following)):
+                    template = self._trajectory_for(tools)
+                    if template is None:
+                        break
                     session.continued.add(earlier.index)
-                    continuation = self.trajectory.continuation_ids(messages[n + 1]["content"], earlier.response_ids)
+                    continuation = template.continuation_of(following, earlier.response_ids)
                     return earlier.prompt_ids + earlier.response_ids + continuation, earlier.index
-        return list(encode_prompt(self.tokenizer, messages)), -1
+        return list(encode_prompt(self.tokenizer, messages, tools)), -1
 
     def _report(self, sid: str, key: str, body: Any) -> tuple[int, dict[str, Any]]:
         """A program's outcome report (module docstring): one per session, at its URL with the session's key (a

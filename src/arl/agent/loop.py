@@ -28,6 +28,17 @@ Two sample modes (docs/design.md section 7):
   :func:`arl.agent.samples.trajectory_token_sample` relies on. The template is checked at start-up; one
   that does not render conversations as growing prefixes falls back to ``turn`` with a warning.
   An episode whose stream would pass ``max_prompt_tokens`` ends there (``Episode.context_full``).
+
+An environment that offers functions (``EnvSpec.tools``: native tool calls, :mod:`arl.agent.tool_calls`)
+is played as a chat conversation: the first prompt is its system and user messages with the tools rendered
+by the chat template, each answer is read by the rollout's tool parser (``rollout.tool_parser``) into an
+assistant message (its text and calls) and the environment's action (the calls, or the text without one),
+and the observation comes back as one ``tool`` message a call (a ``user`` message after an answer without
+calls). ``turn`` samples render the whole conversation afresh each turn (``history_window`` does not apply),
+``trajectory`` samples splice it into one stream; either way a prompt past ``max_prompt_tokens`` ends the
+episode (``Episode.context_full``). An answer whose call does not parse, or an empty one, is an invalid turn,
+and the environment still receives its text, as an ``openai``-client agent would send it: the built-in loop
+and such a program play the same conversation.
 """
 
 from __future__ import annotations
@@ -39,7 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from arl.agent.parsing import ParsedAction, env_verdict, parse_response
+from arl.agent.parsing import ParsedAction, env_verdict, parse_native, parse_response
 from arl.agent.prompts import (
     HistoryItem,
     TemplateError,
@@ -50,6 +61,7 @@ from arl.agent.prompts import (
 )
 from arl.agent.records import Episode, Turn, anchor_key
 from arl.agent.samples import SAMPLE_MODES
+from arl.agent.tool_calls import observation_messages, parser_names, renders_tools
 from arl.distributed.threads import rebalance
 from arl.envs.base import StepResult
 from arl.envs.pool import EnvPool
@@ -141,6 +153,8 @@ class LoopOptions:
         n_workers: environment worker processes (0: in this process).
         step_timeout: seconds an env step may take before its worker is restarted.
         progress_every: seconds between progress lines of a long rollout (None: silent).
+        tool_parser: how answers' native tool calls are read, for an env that offers tools (``hermes``,
+            ``qwen3_xml``: :mod:`arl.agent.tool_calls`).
     """
 
     history_window: int = 2
@@ -152,12 +166,15 @@ class LoopOptions:
     n_workers: int = 0
     step_timeout: float = 60.0
     progress_every: float | None = 60.0
+    tool_parser: str = "hermes"
 
     def __post_init__(self) -> None:
         if self.sample_mode not in SAMPLE_MODES:
             raise ValueError(f"sample_mode={self.sample_mode!r} is not valid; valid: {', '.join(SAMPLE_MODES)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r} is not valid; valid: {', '.join(SCHEDULES)}")
+        if self.tool_parser not in parser_names():
+            raise ValueError(f"tool_parser={self.tool_parser!r} is not valid; valid: {', '.join(parser_names())}")
 
 
 class AgentLoop:
@@ -188,9 +205,16 @@ class AgentLoop:
         self.last_stats = RolloutStats()
         self.sample_mode = sample_mode
         self.progress_every = options.progress_every  # seconds between progress lines of a long run (None: silent)
+        self.tools = list(self.spec.tools)  # native tool calls (module docstring); empty: <action> answers
+        self.tool_parser = options.tool_parser
+        if self.tools and not renders_tools(tokenizer):
+            self.pool.close()
+            raise ValueError(f"env {env_name!r} offers native tool calls, and this model's chat template does not "
+                             "render a tool list (the tiny model's, SmolLM2's and Qwen's do); use its text format "
+                             "(math_tool: env.kwargs.tool_format=text) or a model whose template renders tools")
         self.template: TrajectoryTemplate | None = None
         if sample_mode == "trajectory":
-            template = TrajectoryTemplate(tokenizer)
+            template = TrajectoryTemplate(tokenizer, self.tools)
             try:
                 template.check()
                 self.template = template
@@ -333,7 +357,14 @@ class AgentLoop:
         stats.generated_tokens += sum(len(gen.token_ids) for gen, _, _ in answers.values())
 
     def _action(self, parsed: ParsedAction) -> str:
-        """What the env is sent for an answer: its action, or the env's no-op when it is invalid."""
+        """What the env is sent for an answer: its action, or the env's no-op when it is invalid (a native
+        tool-call answer: its action always, module docstring)."""
+        return self.action_for(parsed)
+
+    def action_for(self, parsed: ParsedAction) -> str:
+        """What the env is sent for ``parsed`` (:meth:`_action`)."""
+        if parsed.message is not None:
+            return parsed.action
         return parsed.action if parsed.valid else self.spec.invalid_action
 
     def _step_envs(self, r: Rollout, slots: list[int], prompts: list[list[int]], answers: dict[int, Answer]) -> list[int]:
@@ -383,8 +414,24 @@ class AgentLoop:
     def _parse(self, slot: Slot, gen: Generation) -> Answer:
         """(generation, its text, the strict parse of it) of one slot's answer."""
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        admissible = slot.info.get("admissible_actions") if self.spec.check_admissible else None
-        return gen, text, parse_response(text, admissible)
+        return gen, text, self.parse_answer(text, slot.info, len(slot.episode.turns))
+
+    def parse_answer(self, text: str, info: dict[str, Any], turn: int) -> ParsedAction:
+        """The strict parse of answer ``text`` to a state with ``info``, at turn ``turn`` of its episode: an
+        ``<action>`` answer (admissible actions checked where the env has them), or, for an env with tools, a
+        native tool-call answer (its message's call ids numbered by ``turn``)."""
+        if self.tools:
+            return parse_native(text, self.tool_parser, self.tools, str(turn))
+        admissible = info.get("admissible_actions") if self.spec.check_admissible else None
+        return parse_response(text, admissible)
+
+    def answer_ids(self, text: str) -> list[int]:
+        """The token ids of an answer written as text (an expert's): its tokens, and for a native tool-call
+        conversation the end-of-turn token too (the model learns to end its turn; an ``<action>`` answer ends at
+        the ``</action>`` stop string)."""
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        eos = self.tokenizer.eos_token_id
+        return ids + [eos] if self.tools and eos is not None else ids
 
     def _record_turns(
         self, r: Rollout, active: list[int], prompts: list[list[int]], answers: dict[int, Answer],
@@ -421,6 +468,7 @@ class AgentLoop:
                     expert_text=labels[slot][0] if slot in labels else None,
                     observation=s.observation,
                     policy_version=gen.version,
+                    message=parsed.message,
                 )
             )
             s.history.append(
@@ -444,6 +492,8 @@ class AgentLoop:
         episode then ends with ``context_full``). Expert episodes use this too, so behaviour
         cloning trains on exactly the prompts the policy will see.
         """
+        if self.tools:
+            return self._native_prompt(episode, observation, info)
         if self.template is None:
             return self.prompt_ids(observation, history, info)
         if not episode.turns:
@@ -458,6 +508,40 @@ class AgentLoop:
             episode.context_full = True
             return None
         return ids
+
+    def _native_prompt(self, episode: Episode, observation: str, info: dict[str, Any]) -> list[int] | None:
+        """:meth:`next_prompt` of a native tool-call conversation (module docstring): the first turn opens the
+        conversation (``episode.opening``); a later one renders it whole (``turn``) or continues the stream with
+        the observation's messages (``trajectory``). None when the prompt would pass ``max_prompt_tokens``."""
+        if not episode.turns:
+            system = info.get("system_prompt") or ""
+            episode.opening = [{"role": "system", "content": system}] if system else []
+            episode.opening.append({"role": "user", "content": self.spec.render_prompt(observation, "", info)})
+            ids = encode_prompt(self.tokenizer, episode.opening, self.tools)
+            if len(ids) > self.max_prompt_tokens:
+                raise ValueError(f"first prompt of {len(ids)} tokens exceeds rollout.max_prompt_tokens={self.max_prompt_tokens}")
+            return ids
+        last = episode.turns[-1]
+        if self.template is not None:
+            following = observation_messages(last.message or {}, observation)
+            ids = last.prompt_ids + last.response_ids + self.template.continuation_of(following, last.response_ids)
+        else:
+            ids = encode_prompt(self.tokenizer, self.conversation(episode, observation), self.tools)
+        if len(ids) > self.max_prompt_tokens:
+            episode.context_full = True
+            return None
+        return ids
+
+    @staticmethod
+    def conversation(episode: Episode, observation: str) -> list[dict[str, Any]]:
+        """A native tool-call episode's conversation so far, up to ``observation`` (the latest): its opening,
+        then each turn's answer and the observation's messages that followed it."""
+        messages = list(episode.opening)
+        for k, turn in enumerate(episode.turns):
+            after = episode.turns[k + 1].observation if k + 1 < len(episode.turns) else observation
+            messages.append(turn.message or {"role": "assistant", "content": turn.response_text})
+            messages.extend(observation_messages(turn.message or {}, after))
+        return messages
 
     def close(self) -> None:
         self.pool.close()

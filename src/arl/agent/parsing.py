@@ -32,12 +32,15 @@ class ParsedAction:
         action: the extracted action (canonical admissible spelling when matched), or "" if none.
         reason: "" when valid, else a short machine-readable reason.
         think: the thought text, or "".
+        message: native tool calls (:mod:`arl.agent.tool_calls`): the answer as a chat message (its text and
+            calls); None for ``<action>`` answers.
     """
 
     valid: bool
     action: str
     reason: str = ""
     think: str = ""
+    message: dict | None = None
 
 
 def _normalise(action: str) -> str:
@@ -82,5 +85,17 @@ def env_verdict(parsed: ParsedAction, info: Mapping[str, Any]) -> ParsedAction:
     ``info["invalid_action"]`` (true) becomes invalid, reason :data:`REJECTED_BY_ENV` (its text kept);
     anything else is returned as it is."""
     if parsed.valid and info.get("invalid_action"):
-        return ParsedAction(False, parsed.action, REJECTED_BY_ENV, parsed.think)
+        return ParsedAction(False, parsed.action, REJECTED_BY_ENV, parsed.think, parsed.message)
     return parsed
+
+
+def parse_native(text: str, parser: str, tools: Sequence[Mapping[str, Any]], id_prefix: str) -> ParsedAction:
+    """A native tool-call answer (:mod:`arl.agent.tool_calls`) read by ``parser``: ``action`` is what the env
+    receives (the calls, or the text of an answer without one), ``message`` the answer as a chat message. It
+    is invalid when it is empty (reason ``empty``) or a call in it does not parse (the parser's reason); the env
+    still receives its text, as an agent program would send it."""
+    from arl.agent.tool_calls import read_native_answer  # the tool-call module imports this one's callers
+
+    answer = read_native_answer(text or "", parser, tools, id_prefix)
+    reason = "empty" if not (text or "").strip() else answer.error
+    return ParsedAction(not reason, answer.action, reason, "", answer.message)

@@ -13,7 +13,8 @@ iteration at once (at most ``max_concurrency``), each against its own session of
 Each recorded call is a turn: its exact prompt ids, sampled ids and log-probs, and its reward (the
 program's ``rewards``, one per call, where it reports them; else 0 except the last call, which
 receives the reported return); a call the program reported in ``invalid_calls`` is an
-invalid turn (the format penalty); the anchor hashes the call's last message (the state the program
+invalid turn (the format penalty), as is one the gateway found invalid (a tool call that did not parse, or one
+that broke the request's ``tool_choice``); the anchor hashes the call's last message (the state the program
 showed). A program that runs past ``timeout_s``, exits with an error, sends a malformed request,
 makes no call, or reports no reward is a *failed episode*: ``env_error`` (counted in
 ``rollout/env_errors``, left out of the update, as a crashed environment worker's episode), never a
@@ -104,6 +105,7 @@ class GatewayLoop(ABC):
         self.sample_mode = "turn"
         self.template: TrajectoryTemplate | None = None
         self.max_prompt_tokens: int | None = None  # a longer prompt fails its episode (rollout.max_prompt_tokens)
+        self.tool_parser = "hermes"  # how answers to requests with tools are read for calls (rollout.tool_parser)
         self.pool = _Pool()
         self.last_stats = RolloutStats()
 
@@ -129,7 +131,8 @@ class GatewayLoop(ABC):
                  for i, task in enumerate(tasks) for member in range(group_size)]
         batch = getattr(self.engine, "max_batch_size", 64)
         with RecordingGateway(self.engine, self.tokenizer, params, max_batch_size=batch, trajectory=self.template,
-                              max_prompt_tokens=self.max_prompt_tokens, max_calls=self.max_calls) as gateway:
+                              max_prompt_tokens=self.max_prompt_tokens, max_calls=self.max_calls,
+                              tool_parser=self.tool_parser) as gateway:
             episodes = self._play_all(gateway, slots)
             stats = RolloutStats(seconds=time.perf_counter() - t0, generate_seconds=gateway.generate_seconds,
                                  generated_tokens=gateway.generated_tokens, engine_calls=gateway.engine_calls,
@@ -165,17 +168,18 @@ class GatewayLoop(ABC):
             sorted(range(len(calls)), key=lambda k: calls[k].request), set())
         for n, k in enumerate(order):
             call = calls[k]
-            valid = call.request not in session.invalid_calls
+            problem = session.invalid_requests.get(call.request, "")  # the gateway's: a call that did not parse
+            valid = call.request not in session.invalid_calls and not problem
             # without per-call rewards the return goes to the episode's last turn, the one marked done
             reward = per_call[call.request] if per_call is not None else (
                 float(session.reward or 0.0) if n == len(order) - 1 else 0.0)
             episode.turns.append(Turn(
                 prompt_ids=call.prompt_ids, response_ids=call.response_ids, rollout_log_probs=call.log_probs,
                 response_text=call.text, action=call.text if valid else "", valid=valid,
-                reason="" if valid else "reported invalid", reward=reward,
+                reason="" if valid else (problem or "reported invalid"), reward=reward,
                 done=n == len(order) - 1, anchor_key=anchor_key(call.messages[-1]["content"]),
                 truncated=call.finish_reason == "length", observation=call.messages[-1]["content"],
-                stream_start=n > 0 and k in starts,
+                stream_start=n > 0 and k in starts, message=call.message or None,
             ))
         if failure:
             log.warning("env=%s: group %d episode %d failed: %s", self.spec.name, task.group_id, episode_id, failure)

@@ -49,9 +49,10 @@ def build_messages(spec: EnvSpec, observation: str, history_text: str, info: dic
     return [{"role": "system", "content": system}, user] if system else [user]
 
 
-def encode_prompt(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of ``messages`` with the assistant turn opened (chat template, no extra BOS)."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def encode_prompt(tokenizer, messages: list[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()) -> list[int]:
+    """Token ids of ``messages`` with the assistant turn opened (chat template, no extra BOS); ``tools``: the
+    functions offered (native tool calls, :mod:`arl.agent.tool_calls`), rendered by the template."""
+    text = tokenizer.apply_chat_template(messages, tools=list(tools) or None, tokenize=False, add_generation_prompt=True)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -68,17 +69,24 @@ class TrajectoryTemplate:
 
     The stream of an episode is ``prompt_0 + response_0 + cont_1 + response_1 + ...`` where the
     responses are the ids exactly as sampled and ``cont_k`` closes the assistant turn and renders
-    the next user message with the assistant turn opened. ``cont_k`` comes from the chat template
-    itself (the text it adds after an assistant message and a following user message), so the
-    stream equals what the template renders for the conversation, provided the template renders
-    conversations as growing prefixes. :meth:`check` verifies that with a probe conversation; a
-    template that rewrites earlier turns (e.g. one that drops past ``<think>`` blocks) fails it, and
-    the loop falls back to ``turn`` mode.
+    the next messages (a user message, or the ``tool`` messages answering native tool calls) with the
+    assistant turn opened. ``cont_k`` comes from the chat template itself (the text it adds after an
+    assistant message and the following messages), so the stream equals what the template renders
+    for the conversation, provided the template renders conversations as growing prefixes. :meth:`check`
+    verifies that with a probe conversation; a template that rewrites earlier turns (e.g. one that drops
+    past ``<think>`` blocks) fails it, and the loop falls back to ``turn`` mode.
+
+    Args:
+        tokenizer: the policy's tokenizer.
+        tools: the functions every conversation of the stream offers (native tool calls; rendered by the
+            template in the first prompt, so the probes render them too).
     """
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, tools: Sequence[dict[str, Any]] = ()):
         self.tokenizer = tokenizer
-        self._render = lambda msgs, gen: tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=gen)
+        self.tools = list(tools)
+        self._render = lambda msgs, gen: tokenizer.apply_chat_template(
+            msgs, tools=self.tools or None, tokenize=False, add_generation_prompt=gen)
         eos = tokenizer.eos_token_id
         self.eos_ids = {eos} if eos is not None else set()
         # the special tokens (an engine stops on some of them: its generation config's EOS ids)
@@ -87,7 +95,8 @@ class TrajectoryTemplate:
         self._end_of_assistant: str | None = None
 
     def check(self) -> None:
-        """Raise :class:`TemplateError` unless the template renders conversations as prefixes."""
+        """Raise :class:`TemplateError` unless the template renders conversations as prefixes (with tools: a
+        tool result after an answer too)."""
         u0, u1 = _PROBE_USER
         msgs = [{"role": "user", "content": u0}]
         first = self._render(msgs, True)
@@ -95,23 +104,33 @@ class TrajectoryTemplate:
         closed = self._render(msgs, False)
         if not closed.startswith(first + _PROBE_ANSWER):
             raise TemplateError("the chat template rewrites the assistant message (its content is not kept verbatim after the generation prompt)")
-        msgs.append({"role": "user", "content": u1})
-        second = self._render(msgs, True)
-        if not second.startswith(closed):
-            raise TemplateError("the chat template re-renders earlier turns when a user message follows")
-        if u1 not in second[len(closed):]:
-            raise TemplateError("the chat template does not render the next user message after the previous turns")
+        probes = [[{"role": "user", "content": u1}]]
+        if self.tools:
+            probes.append([{"role": "tool", "tool_call_id": "probe", "content": u1}])
+        for following in probes:
+            second = self._render(msgs + following, True)
+            if not second.startswith(closed):
+                raise TemplateError(f"the chat template re-renders earlier turns when a {following[0]['role']} "
+                                    "message follows")
+            if u1 not in second[len(closed):]:
+                raise TemplateError(f"the chat template does not render the next {following[0]['role']} message "
+                                    "after the previous turns")
         self._end_of_assistant = closed[len(first) + len(_PROBE_ANSWER):]
 
     def first_ids(self, user_text: str, system: str = "") -> list[int]:
         """Ids of the first prompt: the system message (if any), the first user message, the
         assistant turn opened."""
         messages = [{"role": "system", "content": system}] if system else []
-        return encode_prompt(self.tokenizer, messages + [{"role": "user", "content": user_text}])
+        return encode_prompt(self.tokenizer, messages + [{"role": "user", "content": user_text}], self.tools)
 
     def continuation_ids(self, user_text: str, last_response_ids: Sequence[int]) -> list[int]:
         """Ids that follow a sampled response: close the assistant turn, the next user message,
-        the assistant turn opened again.
+        the assistant turn opened again (:meth:`continuation_of`)."""
+        return self.continuation_of([{"role": "user", "content": user_text}], last_response_ids)
+
+    def continuation_of(self, messages: Sequence[dict[str, Any]], last_response_ids: Sequence[int]) -> list[int]:
+        """Ids that follow a sampled response: close the assistant turn, render ``messages`` (a user message,
+        or the tool messages answering the response's calls), open the assistant turn again.
 
         When the response already ends with the token that closes the turn (sampling stopped on it:
         the EOS token, or another special token the engine stops on, such as ``<|im_end|>`` under a
@@ -122,9 +141,9 @@ class TrajectoryTemplate:
         u0, _ = _PROBE_USER
         msgs = [{"role": "user", "content": u0}, {"role": "assistant", "content": _PROBE_ANSWER}]
         closed = self._render(msgs, False)
-        following = self._render(msgs + [{"role": "user", "content": user_text}], True)
+        following = self._render(msgs + list(messages), True)
         if not following.startswith(closed):
-            raise TemplateError("the chat template re-renders earlier turns when a user message follows")
+            raise TemplateError("the chat template re-renders earlier turns when a message follows")
         text = self._end_of_assistant + following[len(closed):]
         last = last_response_ids[-1] if last_response_ids else None
         if last is not None and (last in self.eos_ids or last in self.special_ids):

@@ -36,6 +36,8 @@ class Turn:
     policy_version: int | None = None  # the policy version that sampled every token of it (asynchronous rollouts)
     stream_start: bool = False  # trajectory samples: a later turn that starts a new token stream (a gateway call
     #                             whose messages did not continue the last call's)
+    message: dict | None = None  # native tool calls: the answer as a chat message (its text and calls), as the
+    #                              conversation's later prompts render it
 
 
 @dataclass
@@ -51,7 +53,8 @@ class Episode:
     won: bool = False
     score: float = 0.0
     env_error: bool = False  # a worker crashed or timed out: counted, excluded from the update
-    context_full: bool = False  # trajectory mode: the stream reached max_prompt_tokens, episode cut
+    context_full: bool = False  # trajectory mode (or native tool calls): the prompt reached max_prompt_tokens, episode cut
+    opening: list = field(default_factory=list)  # native tool calls: the conversation's first messages (system, user)
 
     @property
     def ret(self) -> float:

@@ -107,16 +107,22 @@ class DaggerResult:
     agreement: float  # share of labelled turns whose policy action was the expert's action
 
 
-def relabel(episode: Episode, tokenizer) -> tuple[Episode, int]:
+def relabel(episode: Episode, tokenizer, loop: AgentLoop | None = None) -> tuple[Episode, int]:
     """``episode`` with each turn's response replaced by its ``expert_text`` (turns without one are
     dropped); also returns how many kept turns the policy had already answered with the expert's
-    action. The prompts stay the policy's: the states it reached, its own history in them."""
+    action. The prompts stay the policy's: the states it reached, its own history in them. ``loop``: the
+    loop that played it, which reads and tokenises the expert's answers as its own (a native tool-call
+    conversation's: :meth:`AgentLoop.parse_answer`, :meth:`AgentLoop.answer_ids`); None reads them as
+    ``<action>`` answers."""
     turns, agreed = [], 0
-    for turn in episode.turns:
+    for k, turn in enumerate(episode.turns):
         if not isinstance(turn.expert_text, str):
             continue
-        ids = list(tokenizer(turn.expert_text, add_special_tokens=False)["input_ids"])
-        expert = parse_response(turn.expert_text, None)
+        if loop is None:
+            ids = list(tokenizer(turn.expert_text, add_special_tokens=False)["input_ids"])
+            expert = parse_response(turn.expert_text, None)
+        else:
+            ids, expert = loop.answer_ids(turn.expert_text), loop.parse_answer(turn.expert_text, {}, k)
         agreed += bool(turn.valid and expert.valid and turn.action == expert.action)
         turns.append(dataclasses.replace(
             turn, response_ids=ids, rollout_log_probs=[0.0] * len(ids), response_text=turn.expert_text,
@@ -142,7 +148,7 @@ def dagger(
         tasks = [Task(group_id=start + i, seed=int(s)) for i, s in enumerate(chunk)]
         for ep in loop.run(tasks, 1, params, first_episode_id=start, teacher=teacher):
             won += ep.won
-            episode, hits = relabel(ep, loop.tokenizer)
+            episode, hits = relabel(ep, loop.tokenizer, loop)
             if episode.turns:
                 labelled.append(BCEpisode(episode, "dagger"))
                 turns += len(episode.turns)

@@ -27,6 +27,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 from arl.models.config import LoraSettings, ModelSettings, model_settings
 from arl.models.lora import apply_lora, is_peft_model, merged_state_dict
 from arl.models.smollm2 import GGUF_NAME, SMOLLM2_CHAT_TEMPLATE, cached_gguf_folder, ensure_smollm2
+from arl.models.templates import with_tool_support
 from arl.models.tiny import TinyConfig, ensure_tiny
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,11 @@ def resolve_model_path(model: ModelSettings | Mapping[str, Any],
 
 
 def check_tokenizer(tokenizer) -> None:
-    """A usable chat tokenizer: chat template present, a padding token (EOS if none)."""
+    """A usable chat tokenizer: chat template present (a known tool-less one swapped for its tool-capable twin,
+    :func:`arl.models.templates.with_tool_support`), a padding token (EOS if none)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("the tokenizer has no chat template; the agent prompts need one")
+    with_tool_support(tokenizer)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"

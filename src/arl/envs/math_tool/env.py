@@ -13,6 +13,13 @@ One episode is one problem. Each turn the policy's action (the text inside ``<ac
 
 The episode also ends, with reward 0, after ``max_turns`` turns. ``step`` accepts any string and
 never raises for anything in it.
+
+With ``tool_format="native"`` the python tool is a function the chat template renders (``spec.tools``: one
+function ``python`` taking ``{"code": ...}``): a turn's action is either one call of it (a
+:func:`~arl.envs.base.format_call_action` block; its observation is the result text itself, it goes back as
+the tool's message) or text, where a ``\\boxed{...}`` answers and a fenced code block is not run. More than
+one call, another function's name or arguments without a ``code`` string are refused, and so is text that
+neither calls nor answers: a no-op turn saying why, marked ``info["invalid_action"]`` (an invalid turn).
 """
 
 from __future__ import annotations
@@ -24,11 +31,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult
+from arl.envs.base import VAL_SEED_BASE, EnvSpec, StepResult, parse_call_action
 from arl.envs.math_tool.data import MathRecord, load_records, split_indices
 from arl.envs.math_tool.equivalence import DEFAULT_TIMEOUT_S, is_equivalent, unwrap_boxed
 from arl.envs.math_tool.problems import Problem, check_templates, generate_problem
-from arl.envs.math_tool.prompt import PROMPT_RENDERERS, PROMPT_STYLES
+from arl.envs.math_tool.prompt import (
+    NATIVE_PROMPT_RENDERERS,
+    PROMPT_RENDERERS,
+    PROMPT_STYLES,
+    PYTHON_TOOL,
+    TOOL_NAME,
+)
 from arl.envs.math_tool.sandbox import Sandbox, SandboxConfig
 
 INVALID_ACTION = "noop"
@@ -45,6 +58,13 @@ MSG_NONE = (
 MSG_BAD_BOX = "The \\boxed{ answer has no closing brace. Write the final answer as \\boxed{answer}."
 MSG_EMPTY_CODE = "The ```python block is empty."
 MSG_NO_TURNS = "No turns left."
+MSG_NONE_NATIVE = (
+    "No tool call and no \\boxed{answer} in the reply. Call the python tool to run code, or give the final "
+    "answer as \\boxed{answer}."
+)
+MSG_ONE_CALL = "Call one tool a turn; nothing was run."
+MSG_BAD_ARGUMENTS = "The python tool takes {\"code\": \"...\"}; nothing was run."
+TOOL_FORMATS = ("text", "native")
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)(?![\w])[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -168,6 +188,8 @@ class MathToolEnv:
         equivalence_timeout_s: hard limit of one answer check.
         cache_tool_results: reuse the result of identical code (same sandbox settings) instead of
             running it again; G members of a group often write the same code.
+        tool_format: ``text`` (a ```` ```python ```` block inside ``<action>``) or ``native`` (the python tool
+            as a function of native tool calls; module docstring).
     """
 
     def __init__(
@@ -187,8 +209,12 @@ class MathToolEnv:
         sandbox: dict[str, Any] | SandboxConfig | None = None,
         equivalence_timeout_s: float = DEFAULT_TIMEOUT_S,
         cache_tool_results: bool = True,
+        tool_format: str = "text",
     ):
         self._check_args(max_turns, max_output_chars, max_code_chars, prompt_style, equivalence_timeout_s)
+        if tool_format not in TOOL_FORMATS:
+            raise ValueError(f"tool_format={tool_format!r} is not valid; valid: {', '.join(TOOL_FORMATS)}")
+        self.tool_format = tool_format
         self.max_turns = int(max_turns)
         self.templates = check_templates(templates)
         self.data_path = data_path
@@ -210,8 +236,9 @@ class MathToolEnv:
             name="math_tool",
             max_turns=self.max_turns,
             invalid_action=INVALID_ACTION,
-            render_prompt=PROMPT_RENDERERS[prompt_style],
+            render_prompt=(NATIVE_PROMPT_RENDERERS if tool_format == "native" else PROMPT_RENDERERS)[prompt_style],
             check_admissible=False,
+            tools=(PYTHON_TOOL,) if tool_format == "native" else (),
         )
         self._clear_episode()
 
@@ -305,8 +332,11 @@ class MathToolEnv:
             return StepResult(self.observation, 0.0, True, self._info("done"))
         self.turn += 1
         reward = 0.0
+        calls = parse_call_action(action) if self.tool_format == "native" else None
         if isinstance(action, str) and action == self.spec.invalid_action:
             kind, observation = "invalid", MSG_FORMAT
+        elif calls is not None:
+            kind, observation = self._native_call(calls)
         else:
             parsed = parse_tool_action(action)
             kind = parsed.kind
@@ -319,15 +349,32 @@ class MathToolEnv:
                 observation = f"Final answer: \\boxed{{{shown}}}. {'Correct' if self.won else 'Incorrect'}."
             elif kind == "bad_answer":
                 observation = MSG_BAD_BOX
-            elif kind == "code":
+            elif kind == "code" and self.tool_format == "text":
                 observation = self._run_tool(parsed.content)
             else:
-                observation = MSG_NONE
+                kind, observation = "none", MSG_NONE_NATIVE if self.tool_format == "native" else MSG_NONE
         if not self.done and self.turn >= self.max_turns:
             self.done = True
             observation = f"{observation}\n{MSG_NO_TURNS}"
         self.observation = observation
-        return StepResult(observation, reward, self.done, self._info(kind))
+        info = self._info(kind)
+        if kind == "refused" or (kind == "none" and self.tool_format == "native"):
+            info["invalid_action"] = True  # a reply that neither calls the tool well nor answers: an invalid turn
+        return StepResult(observation, reward, self.done, info)
+
+    def _native_call(self, calls: list) -> tuple[str, str]:
+        """(kind, observation) of a turn of native tool calls: one ``python`` call with a ``code`` string runs
+        (the observation is the result text), anything else is refused (kind ``refused``)."""
+        if len(calls) != 1:
+            return "refused", MSG_ONE_CALL
+        call = calls[0]
+        if call.name != TOOL_NAME:
+            return "refused", f"Unknown tool {call.name[:40]!r}; the tool is {TOOL_NAME}. Nothing was run."
+        code = call.arguments.get("code")
+        if not isinstance(code, str) or set(call.arguments) != {"code"}:
+            return "refused", MSG_BAD_ARGUMENTS
+        observation = self._run_tool(code)
+        return "code", observation.removeprefix(RESULT_PREFIX)
 
     def close(self) -> None:
         pass

@@ -60,14 +60,51 @@ def render_compact_prompt(observation: str, history_text: str, info: dict[str, A
 
 PROMPT_RENDERERS = {"full": render_prompt, "compact": render_compact_prompt}
 
+# ---- the native tool format (``tool_format: native``): the python tool is a function the chat template renders
+TOOL_NAME = "python"
+PYTHON_TOOL = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Run Python code in a sandbox; returns what it prints (or the error).",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "the code to run"}},
+            "required": ["code"],
+        },
+    },
+}
+NATIVE_RULES = (
+    "Solve the math problem. You can run Python with the python tool and see what it prints. "
+    "When you know the answer, write \\boxed{answer} in your reply; that ends the episode."
+)
+NATIVE_COMPACT_HEADER = "Math. Call python to run code; \\boxed{answer} answers."
+
+
+def render_native_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
+    """The ``full`` first user message of the native tool format: the rules and the problem (the conversation
+    carries the tool results, so no history and no observation; the same message every turn)."""
+    return f"{NATIVE_RULES}\nProblem: {info.get('task', '')}"
+
+
+def render_native_compact_prompt(observation: str, history_text: str, info: dict[str, Any]) -> str:
+    """The ``compact`` first user message of the native tool format (for BC'd tiny models)."""
+    return f"{NATIVE_COMPACT_HEADER}\nProblem: {info.get('task', '')}"
+
+
+NATIVE_PROMPT_RENDERERS = {"full": render_native_prompt, "compact": render_native_compact_prompt}
+
 
 __all__ = [
     "COMPACT_HEADER",
     "FORMAT",
+    "NATIVE_PROMPT_RENDERERS",
     "PROMPT_RENDERERS",
     "PROMPT_STYLES",
+    "PYTHON_TOOL",
     "RULES",
     "TASK",
+    "TOOL_NAME",
     "render_compact_prompt",
     "render_prompt",
 ]
