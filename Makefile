@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= dev,webshop,alfworld,sweeps,trackers,viewer,ecosystem
+EXTRAS ?= dev,webshop,alfworld,sweeps,trackers,viewer,ecosystem,openenv
 ARGS ?=
 TEST_WORKERS ?= auto
 VLLM_VENV ?= .venv-vllm

@@ -136,6 +136,7 @@ SKIPPED = (
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
     ("python src/report.py shopping", "needs a WebShop run (test_shopping_report.py runs it on WebShop episodes)"),
+    ("python examples/openenv_guess_number.py", "starts an OpenEnv server (test_openenv.py starts it and plays it by url)"),
     ("torchrun ", "a launch across nodes (the two-node localhost run is test_multinode.py)"),
     ("sbatch ", "submits to a SLURM cluster (none here)"),
     ("hydra/launcher=slurm", "submits to a SLURM cluster (none here); the launcher config composes in test_sweeps.py"),

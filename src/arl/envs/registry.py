@@ -21,6 +21,7 @@ _ENVS: dict[str, str] = {
     "webshop": "arl.envs.webshop.env:WebShopEnv",
     "gym": "arl.envs.adapters.gym_text:GymTextEnv",  # the ecosystem extra
     "textarena": "arl.envs.adapters.textarena_env:TextArenaEnv",  # the ecosystem extra
+    "openenv": "arl.envs.adapters.openenv_env:OpenEnvEnv",  # the openenv extra
 }
 
 
@@ -40,6 +41,7 @@ GATEWAY_ENVS = tuple(_GATEWAY_LOOPS)
 _PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "gym": (("gymnasium",), "ecosystem"),
     "textarena": (("textarena",), "ecosystem"),
+    "openenv": (("openenv", "uvicorn"), "openenv"),  # openenv-core (its client; uvicorn serves env.kwargs.app)
     PROGRAM_ENV: (("uvicorn", "starlette"), "ecosystem"),  # the recording gateway's HTTP server
     VERIFIERS_ENV: (("verifiers", "uvicorn", "starlette"), "ecosystem"),  # verifiers.v1, through the gateway
 }
