@@ -133,6 +133,8 @@ def test_the_adapter_plays_the_example_served_from_its_app():
 
 
 def test_the_adapter_plays_a_server_by_url(server):
+    from omegaconf import OmegaConf
+
     from arl.envs.registry import make_env
 
     env = make_env("openenv", url=server.url + "/", observation_field="message", action_field="guess",
@@ -143,14 +145,23 @@ def test_the_adapter_plays_a_server_by_url(server):
         assert results[-1].info["task_type"] == "guess_number"
     finally:
         env.close()
-    # the observation as JSON where no text field is named, and the won flag from the reward where the key is absent
-    raw = make_env("openenv", url=server.url, observation_field="guesses_left", won_key="absent", won_reward=1.0)
+    # another field as the text, won from the reward where the key is absent, constant fields from a config
+    extra = OmegaConf.create({"metadata": {"source": "arl", "tags": ["a"]}})
+    raw = make_env("openenv", url=server.url, observation_field="guesses_left", won_key="absent", won_reward=1.0,
+                   action_extra=extra)
     try:
+        assert raw.action_extra == {"metadata": {"source": "arl", "tags": ["a"]}}
         assert raw.reset(seed=0)[0] == "6"
         win = raw.step("25")  # seed 0's secret is 25
         assert win.observation == "5" and win.info["won"] and win.reward == 1.0
     finally:
         raw.close()
+    wrong = make_env("openenv", url=server.url, action_extra={"hint": 1})  # not a field of the action: rejected
+    try:
+        wrong.reset(seed=0)
+        assert wrong.step("25").info["invalid_action"]
+    finally:
+        wrong.close()
 
 
 def test_a_bad_configuration_stops_at_start_up():

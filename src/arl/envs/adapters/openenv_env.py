@@ -51,7 +51,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any
 
 import uvicorn
@@ -267,6 +267,16 @@ def observation_text(fields: dict[str, Any], field: str = "") -> str:
     return json.dumps(fields, sort_keys=True, default=str)
 
 
+def plain(value: Any) -> Any:
+    """``value`` with its mappings as dicts and its lists and tuples as lists, all the way down (a config's
+    ``DictConfig`` / ``ListConfig`` become JSON-ready)."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(item) for item in value]
+    return value
+
+
 def load_class(path: str) -> type:
     """The class at ``"package.module:Class"``."""
     module_name, sep, attr = str(path).partition(":")
@@ -314,11 +324,11 @@ class OpenEnvEnv:
         self.url = str(url).rstrip("/") if url else local_server(str(app)).url
         self.action_class = load_class(action_class) if action_class else None
         self.action_field = str(action_field) or action_field_of(fetch_schema(self.url, self.timeout_s), self.url)
-        self.action_extra = dict(action_extra or {})
+        self.action_extra = plain(action_extra or {})
         self.observation_field = str(observation_field)
         self.won_key = str(won_key)
         self.won_reward = None if won_reward is None else float(won_reward)
-        self.reset_kwargs = dict(reset_kwargs or {})
+        self.reset_kwargs = plain(reset_kwargs or {})
         self.invalid_reward = float(invalid_reward)
         self.rejected_codes = frozenset(str(c) for c in rejected_codes)
         self.task, self.task_type = str(task), str(task_type) or self.source
