@@ -172,3 +172,26 @@ def test_native_tool_calls_train(native_policy, form, tmp_path, monkeypatch):
     losses = _scalars(tmp_path / "tensorboard", "actor/pg_loss")
     assert errors and max(errors) == 0.0 and len(losses) >= 2 and all(torch.isfinite(torch.tensor(losses)))
     assert results["val_after_rl"]["val/valid_action_ratio"] > 0.0  # calls that parsed, on unseen problems
+
+
+@pytest.mark.long
+def test_behaviour_cloning_and_rl_on_the_native_format(tmp_path):
+    """``env=math_tool env.kwargs.tool_format=native debug=smoke``: the expert's native episodes are the BC data
+    (each answer its ``<tool_call>`` block or its boxed answer, ended by the end-of-turn token), then RL."""
+    from arl.bc.dataset import load_episodes
+    from arl.models.loading import load_policy
+    from arl.run.pipeline import train
+    from arl_testing import compose
+
+    cfg = compose(["env=math_tool", "env.kwargs.tool_format=native", "debug=smoke", "rollout.max_new_tokens=160"],
+                  output_dir=str(tmp_path))
+    results = train(cfg)
+    assert len(_scalars(tmp_path / "tensorboard", "actor/pg_loss")) >= 2
+    _, tok = load_policy(results["policy_hf"])
+    items = load_episodes(results["bc_dataset"], tok, "turn", "math_tool")
+    turns = [t for item in items for t in item.episode.turns]
+    assert turns and all(t.response_ids[-1] == tok.eos_token_id and t.valid for t in turns)
+    calls = [t for t in turns if "<tool_call>" in t.response_text]
+    assert calls and all(t.message["tool_calls"][0]["function"]["name"] == "python" for t in calls)
+    later = [item.episode.turns[1] for item in items if len(item.episode.turns) > 1]
+    assert later and all("<tool_response>" in tok.decode(t.prompt_ids) for t in later)  # the result as the tool's

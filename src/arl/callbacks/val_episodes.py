@@ -1,7 +1,7 @@
 """Every validation's episodes, one JSON line each: which held-out task, won or not, turn by turn.
 
 ``<dirpath>/iter<k>.jsonl`` after the validation at RL iteration ``k`` (0: before RL), one line per
-episode without an environment error, sorted by task seed: ``seed``, ``task_type``, ``won``,
+episode (a failed one too: ``env_error`` true, ``won`` false), sorted by task seed: ``seed``, ``task_type``, ``won``,
 ``return``, ``turns``, ``valid_turns`` and, since the episode viewer (``src/view.py``), the rest of
 :func:`arl.agent.records.episode_record` (``turn_log``: observation, response, action, reward per
 turn). Validation plays the same seeds every time, so two files of

@@ -59,9 +59,14 @@ def test_gguf_tokenizer_renders_smollm2_chatml():
     from arl.agent.prompts import encode_prompt
     from arl.models.loading import check_tokenizer
 
+    from arl.agent.tool_calls import renders_tools
+    from arl.models.templates import SMOLLM2_PLAIN_TEMPLATE
+
     path = smollm2.find_gguf()
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    check_tokenizer(tok)
+    assert tok.chat_template.strip() == SMOLLM2_PLAIN_TEMPLATE.strip() and not renders_tools(tok)  # the GGUF's own
+    check_tokenizer(tok)  # swaps in its tool-capable twin
+    assert renders_tools(tok)
     assert tok.chat_template and "<|im_start|>" in tok.chat_template
     messages = [{"role": "user", "content": "Push the box onto the target."}]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -73,7 +78,7 @@ def test_gguf_tokenizer_renders_smollm2_chatml():
     assert tok.decode(ids) == text
     assert tok.convert_ids_to_tokens(ids[0]) == "<|im_start|>"  # one special token, no BOS added
     assert tok.eos_token == "<|im_end|>" and tok.pad_token_id is not None
-    # the template in code (fallback for a GGUF without one) is the same as the packaged one
+    # the template in code (fallback for a GGUF without one) is the packaged one's tool-capable twin
     assert tok.chat_template == smollm2.SMOLLM2_CHAT_TEMPLATE
 
 
