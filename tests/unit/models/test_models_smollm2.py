@@ -57,9 +57,8 @@ def test_gguf_tokenizer_renders_smollm2_chatml():
     from transformers import AutoTokenizer
 
     from arl.agent.prompts import encode_prompt
-    from arl.models.loading import check_tokenizer
-
     from arl.agent.tool_calls import renders_tools
+    from arl.models.loading import check_tokenizer
     from arl.models.templates import SMOLLM2_PLAIN_TEMPLATE
 
     path = smollm2.find_gguf()
