@@ -132,7 +132,8 @@ def lazy_imports(src: Path = SRC.parent) -> list[tuple[str, int, bool]]:
     return sorted(set(found))
 
 
-LAZY_IMPORTS_MAX = 59  # optional dependencies and heavy imports kept off the start-up path
+LAZY_IMPORTS_MAX = 60  # optional dependencies and heavy imports kept off the start-up path (and the filter
+#                          contract's keys, read from the schema that imports the filters)
 
 
 def test_imports_inside_functions_are_few_and_each_says_why():
@@ -154,10 +155,10 @@ def _functions(src: Path = SRC.parent):
 
 LONG_FUNCTIONS_MAX = 3  # over 50 lines, docstring included: the loss, vLLM's set-up, the plan's advice
 # over 6 parameters (self excluded): constructors whose keyword parameters are their config keys (the four
-# environments' env.kwargs and the agent program env's with its episode runner and recording gateway, whose limits
+# environments' and the OpenEnv adapter's env.kwargs and the agent program env's with its episode runner and recording gateway, whose limits
 # they pass on, the collapse detector's and the SFT stage's Hydra groups), load_policy, vLLM's engine and the Sokoban
 # level generator
-WIDE_FUNCTIONS_MAX = 13
+WIDE_FUNCTIONS_MAX = 14
 
 
 def test_functions_stay_short_and_narrow():

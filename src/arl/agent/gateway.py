@@ -318,10 +318,7 @@ class RecordingGateway:
         if session is None:
             return 404, {"error": {"message": f"no session {sid!r} (ended, or never opened)", "type": "not_found"}}
         try:
-            request_body = _check_request(body)
-            if request_body.tools and not self._template_renders_tools():
-                raise ValueError("this model's chat template does not render a tool list, so the model would never "
-                                 "see the tools (the tiny model's, SmolLM2's and Qwen's templates do)")
+            request_body = self._checked(body)
         except ValueError as err:
             session.malformed = str(err)
             return 400, {"error": {"message": str(err), "type": "invalid_request_error"}}
@@ -346,12 +343,7 @@ class RecordingGateway:
             self._requests.put((prompt_ids, future))
         gen = await asyncio.wrap_future(future)
         text = self.tokenizer.decode(gen.token_ids, skip_special_tokens=True)
-        message, problem, finish = {"role": "assistant", "content": text}, "", gen.finish_reason
-        if tools and request_body.tool_choice != "none":
-            answer = read_native_answer(text, self.tool_parser, tools, f"{sid}_{request}")
-            message = answer.message
-            problem = _call_problem(request_body, answer.error or ("empty" if not text.strip() else ""), answer.calls)
-            finish = "tool_calls" if answer.calls else finish
+        message, problem, finish = self._answer(request_body, text, gen.finish_reason, f"{sid}_{request}")
         with self._lock:
             if self.sessions.get(sid) is not session:  # the episode ended while this call was sampled: not recorded
                 return 404, {"error": {"message": f"session {sid!r} ended during the call", "type": "not_found"}}
@@ -367,10 +359,26 @@ class RecordingGateway:
                       "total_tokens": len(prompt_ids) + len(gen.token_ids)},
         }
 
-    def _template_renders_tools(self) -> bool:
-        if self._renders_tools is None:
+    def _checked(self, body: Any) -> ChatRequest:
+        """The request checked (:func:`_check_request`), and its tools refused when the chat template would not
+        show them to the model."""
+        request = _check_request(body)
+        if request.tools and self._renders_tools is None:
             self._renders_tools = renders_tools(self.tokenizer)
-        return self._renders_tools
+        if request.tools and not self._renders_tools:
+            raise ValueError("this model's chat template does not render a tool list, so the model would never "
+                             "see the tools (the tiny model's, SmolLM2's and Qwen's templates do)")
+        return request
+
+    def _answer(self, request: ChatRequest, text: str, finish: str, ids: str) -> tuple[dict[str, Any], str, str]:
+        """(the answer as a message, why it is an invalid call or "", its finish reason) of ``text`` sampled for
+        ``request``: read for calls (their ids numbered from ``ids``) when the request offers tools and
+        ``tool_choice`` is not ``none``."""
+        if not request.tools or request.tool_choice == "none":
+            return {"role": "assistant", "content": text}, "", finish
+        answer = read_native_answer(text, self.tool_parser, request.tools, ids)
+        problem = _call_problem(request, answer.error or ("empty" if not text.strip() else ""), answer.calls)
+        return answer.message, problem, "tool_calls" if answer.calls else finish
 
     def _trajectory_for(self, tools: list[dict[str, Any]]) -> TrajectoryTemplate | None:
         """The trajectory template of conversations offering ``tools`` (None: its template does not render them

@@ -452,25 +452,14 @@ class AgentLoop:
                     log.warning("env=%s: episode %d: the env returned reward %s; the episode is failed",
                                 self.env_name, ep.episode_id, reward)
                 err, reward = True, 0.0
-            ep.turns.append(
-                Turn(
-                    prompt_ids=prompt,
-                    response_ids=list(gen.token_ids),
-                    rollout_log_probs=list(gen.log_probs),
-                    response_text=text,
-                    action=parsed.action if parsed.valid else "",
-                    valid=parsed.valid,
-                    reason=parsed.reason,
-                    reward=reward,
-                    done=bool(result.done),
-                    anchor_key=anchor_key(str(s.info.get("anchor", s.observation))),
-                    truncated=gen.finish_reason == "length",
-                    expert_text=labels[slot][0] if slot in labels else None,
-                    observation=s.observation,
-                    policy_version=gen.version,
-                    message=parsed.message,
-                )
-            )
+            ep.turns.append(Turn(
+                prompt_ids=prompt, response_ids=list(gen.token_ids), rollout_log_probs=list(gen.log_probs),
+                response_text=text, action=parsed.action if parsed.valid else "", valid=parsed.valid,
+                reason=parsed.reason, reward=reward, done=bool(result.done),
+                anchor_key=anchor_key(str(s.info.get("anchor", s.observation))),
+                truncated=gen.finish_reason == "length", expert_text=labels[slot][0] if slot in labels else None,
+                observation=s.observation, policy_version=gen.version, message=parsed.message,
+            ))
             s.history.append(
                 HistoryItem(s.observation, parsed.action if parsed.valid else f"invalid ({parsed.reason})", reward)
             )

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arl.agent.tool_calls import read_native_answer
+
 TAGS = ("<think>", "</think>", "<action>", "</action>")
 _FORMAT = re.compile(r"<think>(.*?)</think>\s*<action>(.*?)</action>", re.DOTALL)
 _SPACES = re.compile(r"\s+")
@@ -94,8 +96,6 @@ def parse_native(text: str, parser: str, tools: Sequence[Mapping[str, Any]], id_
     receives (the calls, or the text of an answer without one), ``message`` the answer as a chat message. It
     is invalid when it is empty (reason ``empty``) or a call in it does not parse (the parser's reason); the env
     still receives its text, as an agent program would send it."""
-    from arl.agent.tool_calls import read_native_answer  # the tool-call module imports this one's callers
-
     answer = read_native_answer(text or "", parser, tools, id_prefix)
     reason = "empty" if not (text or "").strip() else answer.error
     return ParsedAction(not reason, answer.action, reason, "", answer.message)

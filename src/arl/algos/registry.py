@@ -173,13 +173,7 @@ class Contract:
             out.append(f"{fname} lacks {', '.join(repr(key) for key in lacks)}")
         settings = self.settings()
         named = [key for key in settings if key in params and takes(key)]
-        for key in kwargs:
-            if key in self.keywords or key in filled:
-                out.append(f"{where}.kwargs.{key} sets {key!r}, an input the call gives itself")
-            elif key in settings:
-                out.append(f"{where}.kwargs.{key}: {key!r} is a key of {where}: set {where}.{key} instead")
-            elif not takes(key):
-                out.append(f"{fname} has no parameter {key!r} ({where}.kwargs.{key})")
+        out += self._kwarg_problems(kwargs, where, fname, takes, filled | set(self.keywords), settings)
         given = filled | set(self.keywords) | set(named) | set(kwargs)
         required = [p.name for p in params.values() if p.default is kind.empty
                     and p.kind not in (kind.VAR_POSITIONAL, kind.VAR_KEYWORD) and p.name not in given]
@@ -192,6 +186,22 @@ class Contract:
                 signature.bind(*[None] * n, **dict.fromkeys((*self.keywords, *named)), **kwargs)
             except TypeError as err:
                 out.append(f"{fname}: {err}")
+        return out
+
+
+    @staticmethod
+    def _kwarg_problems(kwargs: Mapping[str, Any], where: str, fname: str, takes: Callable[[str], bool],
+                        inputs: set[str], settings: tuple[str, ...]) -> list[str]:
+        """What is wrong with each of ``<where>.kwargs``: it sets an input of the call, or a key of the section,
+        or a parameter ``fname`` does not take."""
+        out = []
+        for key in kwargs:
+            if key in inputs:
+                out.append(f"{where}.kwargs.{key} sets {key!r}, an input the call gives itself")
+            elif key in settings:
+                out.append(f"{where}.kwargs.{key}: {key!r} is a key of {where}: set {where}.{key} instead")
+            elif not takes(key):
+                out.append(f"{fname} has no parameter {key!r} ({where}.kwargs.{key})")
         return out
 
 
