@@ -82,7 +82,7 @@ def test_staleness_zero_is_the_synchronous_run(synchronous, tmp_path):
     assert a.keys() == s.keys() and diff <= EXACT
 
 
-@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), 2])  # k = 2 holds both bounds' property
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.long)])  # k = 2 holds both bounds' property (make test-long)
 def test_no_trained_turn_is_older_than_the_bound(k, tmp_path):
     """The learner sleeps 4 s after each update: the rollout process (about 1-2 s a batch here) plays
     ahead on older weights until the bound stops it: the batches are stale (on a quiet machine staleness

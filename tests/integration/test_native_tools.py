@@ -25,7 +25,7 @@ openai = pytest.importorskip("openai", reason="the ecosystem extra: pip install 
 
 AGENT = ["python", str(ROOT / "examples" / "openai_math_tool_agent.py")]
 KWARGS = {"tool_format": "native", "prompt_style": "compact", "max_turns": 3}
-SEEDS = (11, 12, 13, 14)
+SEEDS = (11, 12, 13)
 GREEDY = {"temperature": 0.0, "max_new_tokens": 160}
 
 
@@ -73,7 +73,7 @@ def _program_loop(model, tok, **kw):
                        pass_env=("ARL_PROMPT_STYLE", "ARL_MAX_TURNS"), **kw)
 
 
-@pytest.mark.parametrize("sample_mode", ["turn", "trajectory"])
+@pytest.mark.parametrize("sample_mode", ["turn", pytest.param("trajectory", marks=pytest.mark.long)])
 def test_a_tools_agent_plays_the_built_in_loops_greedy_episodes(native_policy, sample_mode, monkeypatch):
     from arl.agent.loop import AgentLoop, LoopOptions, Task
     from arl.agent.samples import build_samples, collate_tokens

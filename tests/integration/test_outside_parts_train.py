@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from arl_testing import ROOT
 
 #: two RL iterations of two groups of two on the untrained tiny model (no BC), metrics to csv
@@ -36,6 +38,7 @@ def _rl_metrics(tmp_path: Path, task: str) -> dict[str, list[float]]:
     return {key: [float(r[key]) for r in rows if r[key] != ""] for key in rows[0]}
 
 
+@pytest.mark.long  # over a minute of a worker: make test-long, run by CI after make test
 def test_an_outside_policy_loss_trains_with_its_kwargs(tmp_path):
     done = _train(tmp_path, ["algo.loss.name=custom_policy_loss:soft_clip", "+algo.loss.kwargs.positive_weight=0.5"],
                   "soft_clip", str(ROOT / "examples"))
@@ -48,6 +51,7 @@ def test_an_outside_policy_loss_trains_with_its_kwargs(tmp_path):
     assert len(weights) == 2 and all(0.5 - 1e-6 <= w <= 1.0 + 1e-6 for w in weights), weights
 
 
+@pytest.mark.long  # over a minute of a worker: make test-long, run by CI after make test
 def test_an_outside_advantage_estimator_trains_with_its_kwargs(tmp_path):
     done = _train(tmp_path, ["algo.advantage.name=custom_advantage:rank_advantage", "+algo.advantage.kwargs.spread=1.0"],
                   "rank", str(ROOT / "examples"))

@@ -28,6 +28,7 @@ def lanes(tmp_path_factory, tiny_path):
             for trainer in ("ddp", "fsdp2_cpu")}
 
 
+@pytest.mark.long  # its lanes are two two-process runs (over a minute a worker): make test-long, run by CI after make test
 @pytest.mark.parametrize("trainer", ["ddp", "fsdp2_cpu"])
 def test_two_process_lane_trains_validates_and_exports(lanes, trainer):
     from transformers import AutoModelForCausalLM
@@ -72,6 +73,7 @@ def _consolidate(folder: Path) -> Path:
     return module.consolidate(folder)
 
 
+@pytest.mark.long  # the lanes above
 def test_fsdp2_lane_equals_ddp_lane(lanes):
     """Same seeds, same data split: sharding the model changes nothing in the result."""
     from safetensors.torch import load_file

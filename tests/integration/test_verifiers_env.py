@@ -88,6 +88,7 @@ def turns_loop(tiny, tmp_path, monkeypatch):
                          won_reward="replies")
 
 
+@pytest.mark.long  # over a minute of a worker: make test-long, run by CI after make test
 def test_a_multi_turn_env_plays_through_the_gateway_its_rubric_the_reward_and_a_raising_one_fails(tiny, turns_loop):
     from arl.agent.loop import Task
     from arl.agent.records import episode_record
