@@ -128,6 +128,7 @@ def test_a_killed_staleness_zero_run_resumes_to_the_synchronous_run(synchronous,
     assert diff <= EXACT
 
 
+@pytest.mark.long  # over half a minute of a worker: make test-long, run by CI after make test
 def test_a_resumed_run_trains_the_batches_its_checkpoint_queued(tmp_path):
     """k = 2 with the learner slowed: when iteration 2's checkpoint is written the rollout process has
     played ahead, and those batches are in it. Killed after training batch 2, the run resumes from that

@@ -212,6 +212,7 @@ def test_dagger_labels_every_state_the_cloned_policy_reached(bc_run, tiny):
     loop.close()
 
 
+@pytest.mark.long  # over half a minute of a worker: make test-long, run by CI after make test
 def test_dagger_rounds_join_the_dataset_and_retrain(bc_run, tmp_path, tiny):
     """Continue a BC run with DAgger: bc.epochs=0 trains nothing before the rounds; each round's
     labelled episodes join the data (source "dagger"), and the next fit trains on all of it."""

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import scale_helpers as sh
 from arl_testing import ROOT
 
@@ -26,6 +28,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.long  # over half a minute of a worker: make test-long, run by CI after make test
 def test_two_nodes_on_localhost_train_two_iterations(tmp_path, tiny_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -33,6 +33,7 @@ def test_the_paper_preset_fits_eight_141_gb_gpus():
     assert "bc phase" not in plan_cli(*PAPER, "plan.gpu_memory_gb=141", "bc.enabled=false").stdout
 
 
+@pytest.mark.long  # over half a minute of a worker: make test-long, run by CI after make test
 def test_the_paper_preset_fits_80_gb_with_room_one_141_gb_gpu_and_a_lean_node():
     """At the official 32768-token micro-batches the 8-GPU preset peaks at no more than 85 % of 80 GB;
     one 141 GB GPU runs it all (BC, update, generation); rank 0 alone loads the weights under FSDP2
@@ -61,6 +62,7 @@ def test_the_paper_preset_on_16_gb_names_the_keys_to_change():
     assert "it will not start" in out.stdout  # vLLM's half of 16 GiB cannot hold its bf16 weights and one sequence
 
 
+@pytest.mark.long  # over half a minute of a worker: make test-long, run by CI after make test
 def test_without_a_gpu_the_plan_assumes_80_gb_and_names_the_scoring_chunk():
     """The preset fits 80 GB at its 32768-token micro-batches, scoring 1024 positions at a time;
     scoring all 32768 at once (six fp32 copies of their logits, 111 GiB) does not, and a smaller
