@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from arl.envs.base import TextEnv
+from arl.utils.imports import import_attribute
 
 # name -> "module:attribute" of the environment class
 _ENVS: dict[str, str] = {
@@ -89,14 +90,7 @@ def env_class(name: str) -> type:
     if missing:
         raise ImportError(missing)
     module_name, attr = env_path(name).split(":", 1)
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"env {name!r}: cannot import {module_name!r} ({exc})") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError as exc:
-        raise ImportError(f"env {name!r}: module {module_name!r} has no attribute {attr!r}") from exc
+    return import_attribute(module_name, attr, f"env {name!r}")
 
 
 def make_env(name: str, **cfg: Any) -> TextEnv:

@@ -58,6 +58,7 @@ import uvicorn
 
 from arl.envs.adapters import generic_prompt
 from arl.envs.base import EnvSpec, StepResult
+from arl.utils.imports import import_attribute
 
 #: openenv-core's web UI (gradio), which ``import openenv.core`` would import: 7 s of CPU here, in every process of envs
 WEB_UI_MODULE = "openenv.core.env_server.web_interface"
@@ -174,14 +175,7 @@ def load_app(path: str) -> Any:
     module_name, sep, attr = str(path).partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"env=openenv: app={path!r} is not a 'package.module:app' path")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ImportError(f"env=openenv: cannot import {module_name!r} of app={path!r} ({err})") from err
-    try:
-        return getattr(module, attr)
-    except AttributeError as err:
-        raise ImportError(f"env=openenv: module {module_name!r} has no attribute {attr!r} (app={path!r})") from err
+    return import_attribute(module_name, attr, f"env=openenv: app={path!r}")
 
 
 class LocalServer:
