@@ -98,3 +98,36 @@ def vllm_config(**changes) -> dict:
 
     block = yaml.safe_load((CONFIG_DIR / "rollout" / "vllm.yaml").read_text())["vllm"]
     return {**block, **changes}
+
+
+def action_answer(action: str) -> str:
+    """The answer a policy writes for ``action`` in the text format: ``<think>ok</think><action>...</action>``."""
+    return f"<think>ok</think><action>{action}</action>"
+
+
+class ScriptedEngine:
+    """A rollout engine that stands in for a model writing exactly ``texts``: its ``k``-th call answers
+    ``texts[k]`` to every prompt (the last once they run out), after calling ``before(k)`` when given; ``eos``
+    ends each answer with the EOS token; every sampled token gets log-prob ``logprob``."""
+
+    def __init__(self, tokenizer, texts: list[str], before=None, eos: bool = False, logprob: float = 0.0):
+        self.tokenizer, self.eos, self.logprob = tokenizer, eos, logprob
+        self.restart(texts, before)
+
+    def restart(self, texts: list[str], before=None) -> None:
+        """Answer ``texts`` from the first again (calling ``before``)."""
+        self.texts, self.before, self.calls = list(texts), before, 0
+
+    def generate(self, prompts, params, seeds=None):
+        from arl.rollout.engine import Generation
+
+        if self.before is not None:
+            self.before(self.calls)
+        text = self.texts[min(self.calls, len(self.texts) - 1)]
+        self.calls += 1
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = ids + [self.tokenizer.eos_token_id] if self.eos else ids
+        return [Generation(list(ids), [self.logprob] * len(ids), "stop") for _ in prompts]
+
+    def sync(self, policy) -> None:
+        pass

@@ -19,29 +19,12 @@ import random
 
 import pytest
 
+from arl_testing import ScriptedEngine, action_answer
+
 pytest.importorskip("gymnasium", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 pytest.importorskip("textarena", reason="the ecosystem extra: pip install -e '.[ecosystem]'")
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # gymnasium's passive checker on text spaces
-
-
-class ScriptedEngine:
-    """An engine whose ``k``-th call answers ``<think>...</think><action>{actions[k]}</action>`` to every
-    prompt (the last action once they run out)."""
-
-    def __init__(self, tokenizer, actions: list[str]):
-        self.tokenizer, self.actions, self.calls = tokenizer, list(actions), 0
-
-    def generate(self, prompts, params, seeds=None):
-        from arl.rollout.engine import Generation
-
-        action = self.actions[min(self.calls, len(self.actions) - 1)]
-        self.calls += 1
-        ids = self.tokenizer.encode(f"<think>ok</think><action>{action}</action>", add_special_tokens=False)
-        return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompts]
-
-    def sync(self, policy) -> None:
-        pass
 
 
 def _loop(tiny, env: str, kwargs: dict, actions: list[str], max_turns: int = 3, n_workers: int = 0,
@@ -52,7 +35,7 @@ def _loop(tiny, env: str, kwargs: dict, actions: list[str], max_turns: int = 3, 
     _, tok = tiny
     options = LoopOptions(history_window=1, max_turns=max_turns, n_workers=n_workers, step_timeout=step_timeout,
                           progress_every=None)
-    return AgentLoop(ScriptedEngine(tok, actions), tok, env, kwargs, options)
+    return AgentLoop(ScriptedEngine(tok, [action_answer(a) for a in actions]), tok, env, kwargs, options)
 
 
 def _run(loop, tasks, group_size: int = 1):
@@ -60,7 +43,7 @@ def _run(loop, tasks, group_size: int = 1):
     from arl.agent.loop import Task
     from arl.rollout.engine import SamplingParams
 
-    loop.engine.calls = 0
+    loop.engine.restart(loop.engine.texts)
     return loop.run([Task(g, s) for g, s in tasks], group_size, SamplingParams(max_new_tokens=32))
 
 

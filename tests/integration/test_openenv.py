@@ -28,7 +28,7 @@ import urllib.request
 import pytest
 
 import scale_helpers as sh
-from arl_testing import ROOT, compose
+from arl_testing import ROOT, ScriptedEngine, action_answer, compose
 
 pytest.importorskip("openenv.core", reason="the openenv extra: pip install -e '.[openenv]'")
 
@@ -186,40 +186,19 @@ def test_a_bad_configuration_stops_at_start_up():
     assert observation_text({"board": [1, 2], "n": 3}) == '{"board": [1, 2], "n": 3}'
 
 
-class ScriptedEngine:
-    """An engine whose ``k``-th call answers ``<think>ok</think><action>{actions[k]}</action>`` to every prompt (the
-    last action once they run out), calling ``before(k)`` first."""
-
-    def __init__(self, tokenizer, actions: list[str], before=None):
-        self.tokenizer, self.actions, self.before, self.calls = tokenizer, list(actions), before, 0
-
-    def generate(self, prompts, params, seeds=None):
-        from arl.rollout.engine import Generation
-
-        if self.before is not None:
-            self.before(self.calls)
-        action = self.actions[min(self.calls, len(self.actions) - 1)]
-        self.calls += 1
-        ids = self.tokenizer.encode(f"<think>ok</think><action>{action}</action>", add_special_tokens=False)
-        return [Generation(list(ids), [0.0] * len(ids), "stop") for _ in prompts]
-
-    def sync(self, policy) -> None:
-        pass
-
-
 def _loop(tiny, kwargs: dict, actions: list[str], before=None):
     from arl.agent.loop import AgentLoop, LoopOptions
 
     _, tok = tiny
     options = LoopOptions(history_window=1, max_turns=4, progress_every=None)
-    return AgentLoop(ScriptedEngine(tok, actions, before), tok, "openenv", kwargs, options)
+    return AgentLoop(ScriptedEngine(tok, [action_answer(a) for a in actions], before), tok, "openenv", kwargs, options)
 
 
 def _run(loop, tasks, actions: list[str], before=None):
     from arl.agent.loop import Task
     from arl.rollout.engine import SamplingParams
 
-    loop.engine.actions, loop.engine.before, loop.engine.calls = list(actions), before, 0
+    loop.engine.restart([action_answer(a) for a in actions], before)
     return loop.run([Task(g, s) for g, s in tasks], 1, SamplingParams(max_new_tokens=32))
 
 

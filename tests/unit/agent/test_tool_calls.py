@@ -17,6 +17,7 @@ from arl.agent.tool_calls import (
     renders_tools,
 )
 from arl.envs.base import ToolCall, format_call_action, parse_call_action
+from arl_testing import ScriptedEngine
 
 PYTHON = {"type": "function", "function": {"name": "python", "description": "Run code",
                                            "parameters": {"type": "object", "properties": {"code": {"type": "string"}},
@@ -185,22 +186,6 @@ def test_math_tool_native_runs_one_python_call_and_refuses_the_rest():
 
 
 # ------------------------------------------------------------------------------------------- the gateway
-class ScriptedEngine:
-    """An engine answering every prompt of its ``k``-th call with ``texts[k]`` (the last once they run out),
-    ended by the EOS token: it stands in for a model that writes exactly these answers."""
-
-    def __init__(self, tokenizer, texts: list[str]):
-        self.tokenizer, self.texts, self.calls = tokenizer, list(texts), 0
-
-    def generate(self, prompts, params, seeds=None):
-        from arl.rollout.engine import Generation
-
-        text = self.texts[min(self.calls, len(self.texts) - 1)]
-        self.calls += 1
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
-        return [Generation(list(ids), [-0.5] * len(ids), "stop") for _ in prompts]
-
-
 GOOD = '<tool_call>\n{"name": "python", "arguments": {"code": "print(5)"}}\n</tool_call>'
 BROKEN = '<tool_call>\n{"name": "python", "arguments": {"code": \n</tool_call>'
 
@@ -219,7 +204,7 @@ def test_the_gateway_answers_calls_and_counts_the_ones_that_do_not_parse(tiny):
     _, tok = tiny
     user = [{"role": "user", "content": "2+3?"}]
     texts = [GOOD, BROKEN, "plain", GOOD, "plain"]
-    with RecordingGateway(ScriptedEngine(tok, texts), tok, SamplingParams(temperature=1.0, max_new_tokens=64)) as gw:
+    with RecordingGateway(ScriptedEngine(tok, texts, eos=True, logprob=-0.5), tok, SamplingParams(temperature=1.0, max_new_tokens=64)) as gw:
         sid = gw.open_session()
         good = _ask(gw, sid, messages=user, tools=[PYTHON]).json()["choices"][0]
         assert good["finish_reason"] == "tool_calls" and good["message"]["content"] is None
@@ -258,7 +243,7 @@ def test_a_malformed_tool_request_is_refused(tiny, body, match):
     from arl.rollout.engine import SamplingParams
 
     _, tok = tiny
-    with RecordingGateway(ScriptedEngine(tok, [GOOD]), tok, SamplingParams(max_new_tokens=8)) as gw:
+    with RecordingGateway(ScriptedEngine(tok, [GOOD], eos=True, logprob=-0.5), tok, SamplingParams(max_new_tokens=8)) as gw:
         sid = gw.open_session()
         answer = _ask(gw, sid, messages=[{"role": "user", "content": "x"}], **body)
         gw.close_session(sid)
@@ -286,7 +271,7 @@ def test_the_loop_counts_an_unparseable_call_invalid_and_sends_its_text(tiny):
     from arl.rollout.engine import SamplingParams
 
     _, tok = tiny
-    loop = AgentLoop(ScriptedEngine(tok, [BROKEN, GOOD]), tok, "math_tool", {"tool_format": "native"},
+    loop = AgentLoop(ScriptedEngine(tok, [BROKEN, GOOD], eos=True, logprob=-0.5), tok, "math_tool", {"tool_format": "native"},
                      LoopOptions(max_turns=3, progress_every=None))
     (episode,) = loop.run([Task(0, 3)], 1, SamplingParams(temperature=1.0, max_new_tokens=64))
     broken, good, _ = episode.turns
