@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable, Sequence
 
 from arl.agent.loop import AgentLoop
+from arl.agent.mix import MixLoop
 from arl.agent.parsing import env_verdict
 from arl.agent.prompts import HistoryItem
 from arl.agent.records import Episode, Turn, anchor_key
@@ -43,14 +44,17 @@ def get_expert(env_name: str) -> Callable[[object], str]:
     return getattr(importlib.import_module(module), attr)
 
 
-def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0) -> list[Episode]:
-    """Play one expert episode per seed with ``loop``'s env, prompts and tokenizer."""
+def expert_episodes(loop: AgentLoop | MixLoop, seeds: Sequence[int], group_offset: int = 0) -> list[Episode]:
+    """Play one expert episode per seed with ``loop``'s env, prompts and tokenizer (a mix: each seed in the
+    member its seed draws under the weights in force, with that member's expert, in seed order)."""
+    if isinstance(loop, MixLoop):
+        return _mix_expert_episodes(loop, seeds, group_offset)
     expert = get_expert(loop.env_name)
     episodes = []
     for i, seed in enumerate(seeds):
         env = make_env(loop.env_name, **loop.pool.env_kwargs)
         obs, info = env.reset(int(seed))
-        ep = Episode(group_offset + i, group_offset + i, int(seed), loop.env_name, str(info.get("task_type", loop.env_name)))
+        ep = Episode(group_offset + i, group_offset + i, int(seed), loop.label, str(info.get("task_type", loop.env_name)))
         history: list[HistoryItem] = []
         for _ in range(loop.max_turns):
             prompt = loop.next_prompt(ep, obs, history, info)
@@ -75,3 +79,16 @@ def expert_episodes(loop: AgentLoop, seeds: Sequence[int], group_offset: int = 0
         env.close()
         episodes.append(ep)
     return episodes
+
+
+def _mix_expert_episodes(loop: MixLoop, seeds: Sequence[int], group_offset: int) -> list[Episode]:
+    """:func:`expert_episodes` of a mix: each member's expert plays the seeds drawn for it; the episodes come
+    back in seed order, numbered as one loop would number them."""
+    chosen = loop.choose(seeds)
+    out: list[Episode] = [None] * len(seeds)  # type: ignore[list-item]
+    for m in loop.members:
+        where = [i for i, name in enumerate(chosen) if name == m.name]
+        for i, episode in zip(where, expert_episodes(m.loop, [seeds[i] for i in where])):
+            episode.group_id = episode.episode_id = group_offset + i
+            out[i] = episode
+    return out

@@ -198,6 +198,7 @@ class AgentLoop:
         self.pool = EnvPool(env_name, env_kwargs, n_workers=options.n_workers, step_timeout=options.step_timeout)
         self.spec = self.pool.spec
         self.env_name = env_name
+        self.label = env_name  # the episodes' env_name: the env's, or a mix member's name (arl.agent.mix)
         self.history_window = options.history_window
         self.show_observations = options.show_observations
         self.max_turns = min(options.max_turns or self.spec.max_turns, self.spec.max_turns)
@@ -390,7 +391,7 @@ class AgentLoop:
                 group_id=task.group_id,
                 episode_id=first_episode_id + slot,
                 seed=task.seed,
-                env_name=self.env_name,
+                env_name=self.label,
                 task_type=str(info.get("task_type", self.env_name)),
                 env_error=err,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -83,3 +84,21 @@ def _group_outcomes(episodes: Sequence[Episode], prefix: str, out: Metrics) -> N
     if sized:
         out.mean(f"{prefix}same_outcome_groups", sum(len(set(w)) == 1 for w in sized) / len(sized), len(sized))
         out.mean(f"{prefix}failed_groups", sum(not any(w) for w in sized) / len(sized), len(sized))
+
+
+MIX_MEASURES = ("success_rate", "return_mean", "valid_action_ratio", "score")  # a mix's overall val/<measure>
+
+
+def member_means(values: Mapping[str, float], members: Sequence[str], prefix: str = "val/") -> dict[str, float]:
+    """A mix's overall ``<prefix><measure>`` for each of :data:`MIX_MEASURES`: the mean over the ``members`` of
+    ``<prefix><member>/<measure>`` (the members that have a finite one: ``score`` only the graded ones). Each
+    member counts the same, whatever its number of validation episodes."""
+    out = {}
+    for measure in MIX_MEASURES:
+        found = [float(values[k]) for k in (f"{prefix}{m}/{measure}" for m in members) if k in values]
+        finite = [v for v in found if math.isfinite(v)]
+        if finite:
+            out[f"{prefix}{measure}"] = sum(finite) / len(finite)
+        elif found:
+            out[f"{prefix}{measure}"] = float("nan")
+    return out

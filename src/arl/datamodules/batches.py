@@ -19,11 +19,12 @@ back, and micro-batching under a token budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
+from arl.agent.metrics import member_means
 from arl.utils.metrics import Metrics
 
 
@@ -63,7 +64,8 @@ class ValidationBatch:
     ``protocol`` is ``val_sampled`` or ``val_greedy``; ``task_types`` names each row's task type
     (ALFWorld's six, MATH's two) and ``seeds`` its task seed (both empty when the batch predates them);
     ``records`` holds each row's :func:`~arl.agent.records.episode_record` (its turns as text);
-    ``graded``: the env grades episodes (``val/score`` is logged from ``results["score"]``)."""
+    ``graded``: the env grades episodes (``val/score`` is logged from ``results["score"]``); ``member``: the
+    member of a mix (``env=mix``) the episodes are from, "" for a run of one env."""
 
     results: dict[str, torch.Tensor]
     iteration: int
@@ -73,6 +75,49 @@ class ValidationBatch:
     seeds: tuple[int, ...] = ()
     records: tuple[dict, ...] = ()
     graded: bool = False
+    member: str = ""
+
+    def tally(self) -> dict[str, float]:
+        """The sums a member's validation values are made of (:func:`member_values`), over this batch: ``won`` and
+        ``episodes`` (a failed episode a loss), ``ret`` and ``returned`` (the episodes that did not fail),
+        ``valid_turns`` and ``turns`` (of those that played a turn), ``score`` (0 for a failed one), ``graded``."""
+        r = self.results
+        failed = r["env_error"] if "env_error" in r else torch.zeros_like(r["won"])
+        played = (r["turns"] > 0) & ~failed
+        return {
+            "won": float(r["won"].sum()), "episodes": float(r["won"].numel()),
+            "ret": float(r["ret"][~failed].sum()), "returned": float((~failed).sum()),
+            "valid_turns": float(r["valid_turns"][played].sum()), "turns": float(r["turns"][played].sum()),
+            "score": float(r["score"].sum()) if self.graded else 0.0, "graded": float(self.graded),
+        }
+
+
+def add_tally(into: dict[str, dict[str, float]], member: str, tally: Mapping[str, float]) -> None:
+    """Add a batch's :meth:`ValidationBatch.tally` to ``into[member]`` (``graded`` once any batch was)."""
+    total = into.setdefault(member, {})
+    for key, value in tally.items():
+        total[key] = max(total.get(key, 0.0), value) if key == "graded" else total.get(key, 0.0) + value
+
+
+def member_values(tallies: Iterable[Mapping[str, Mapping[str, float]]], prefix: str = "val/") -> dict[str, float]:
+    """A mix's validation values from every rank's ``{member: tally}`` (summed): per member
+    ``<prefix><member>/success_rate``, ``return_mean``, ``valid_action_ratio``, ``score`` (a graded member, x 100)
+    and ``episodes``, as ``val/*`` counts them for one env; and the overall ``<prefix><measure>``, the mean over the
+    members of the member's value (:func:`arl.agent.metrics.member_means`). Empty without a member."""
+    totals: dict[str, dict[str, float]] = {}
+    for mapping in tallies:
+        for member, tally in mapping.items():
+            add_tally(totals, member, tally)
+    out: dict[str, float] = {}
+    for member, t in sorted(totals.items()):
+        head = f"{prefix}{member}/"
+        out[f"{head}episodes"] = t["episodes"]
+        out[f"{head}success_rate"] = t["won"] / t["episodes"] if t["episodes"] else float("nan")
+        out[f"{head}return_mean"] = t["ret"] / t["returned"] if t["returned"] else float("nan")
+        out[f"{head}valid_action_ratio"] = t["valid_turns"] / t["turns"] if t["turns"] else float("nan")
+        if t["graded"]:
+            out[f"{head}score"] = 100.0 * t["score"] / t["episodes"] if t["episodes"] else float("nan")
+    return {**out, **member_means(out, list(totals), prefix)} if totals else {}
 
 
 def with_protocol_names(metrics: Mapping[str, float], protocol: str) -> dict[str, float]:

@@ -44,9 +44,11 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from arl.agent.loop import AgentLoop, RolloutStats, Task
 from arl.agent.metrics import episode_metrics
+from arl.agent.mix import MixLoop
 from arl.agent.records import Episode, episode_record
 from arl.agent.samples import collate_episodes, episode_table
 from arl.datamodules.batches import RolloutBatch, ValidationBatch
+from arl.datamodules.curriculum import Curriculum
 from arl.distributed import ranks as dist_utils
 from arl.envs.base import VAL_SEED_BASE
 from arl.rollout.engine import SamplingParams
@@ -179,6 +181,15 @@ def validation_episodes(
         yield eps, time.perf_counter() - t0
 
 
+def validation_sets(loop: AgentLoop | MixLoop, plan: ValidationPlan) -> list[tuple[str, AgentLoop, ValidationPlan]]:
+    """What a validation plays: ``("", loop, plan)`` for one env; for a mix, ``(member, its loop, its plan)`` of
+    every member, whatever its weight: each plays its own held-out seeds, ``plan.episodes`` of them or the
+    member's ``val_episodes``, with the same seeds and sampling stream as a run of that env alone."""
+    if not isinstance(loop, MixLoop):
+        return [("", loop, plan)]
+    return [(m.name, m.loop, replace(plan, episodes=m.val_episodes or plan.episodes)) for m in loop.members]
+
+
 class _ValStream(IterableDataset):
     def __init__(self, dm: RolloutDataModule):
         self.dm = dm
@@ -186,11 +197,12 @@ class _ValStream(IterableDataset):
     def __iter__(self) -> Iterator[ValidationBatch]:
         dm = self.dm
         protocol = validation_protocol(dm.validation.sampling)
-        for eps, seconds in validation_episodes(dm.agent_loop, dm.validation, dm.iteration, dm.rank_and_world(), dm.seed):
-            # every episode is a row: a failed one counts as a loss (val/env_errors says how many failed)
-            yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
-                                  tuple(e.task_type for e in eps), tuple(int(e.seed) for e in eps),
-                                  tuple(episode_record(e) for e in eps), graded=dm.agent_loop.spec.graded)
+        for member, loop, plan in validation_sets(dm.agent_loop, dm.validation):
+            for eps, seconds in validation_episodes(loop, plan, dm.iteration, dm.rank_and_world(), dm.seed):
+                # every episode is a row: a failed one counts as a loss (val/env_errors says how many failed)
+                yield ValidationBatch(episode_table(eps), dm.iteration, seconds, protocol,
+                                      tuple(e.task_type for e in eps), tuple(int(e.seed) for e in eps),
+                                      tuple(episode_record(e) for e in eps), graded=loop.spec.graded, member=member)
 
 
 class RolloutDataModule(LightningDataModule):
@@ -223,6 +235,8 @@ class RolloutDataModule(LightningDataModule):
         self.schedule = replace(schedule, max_rollout_rounds=max(1, int(schedule.max_rollout_rounds)))
         self.seed = seed
         self.source: BatchSource | None = None  # asynchronous RL: the rollout process's batches
+        self.curriculum: Curriculum | None = None  # env=mix: the stages of member weights (use_curriculum)
+        self.observed_validation: int | None = None  # the iteration of the last validation the curriculum saw
         self.iteration = 0
         self._pending_rng: dict[str, Any] | None = None  # restored right before the next rollout
         self._seeded = False
@@ -232,6 +246,14 @@ class RolloutDataModule(LightningDataModule):
         RL: :class:`arl.run.async_rollout.AsyncRollouts`, whose rollout process runs this same class);
         validation still plays here."""
         self.source = source
+
+    def use_curriculum(self, curriculum: Curriculum) -> None:
+        """Draw the mix's members by ``curriculum``'s stages (``env.curriculum``): each validation's values reach
+        it at the next batch (:meth:`follow_curriculum`), and its state goes into every checkpoint."""
+        if not isinstance(self.agent_loop, MixLoop):
+            raise TypeError("a curriculum weighs the members of a mix (env=mix)")
+        self.curriculum = curriculum
+        self.agent_loop.set_weights(curriculum.weights())
 
     def rank_and_world(self) -> tuple[int, int]:
         """This process's data-parallel rank and the number of ranks (0, 1 without a Trainer)."""
@@ -249,6 +271,12 @@ class RolloutDataModule(LightningDataModule):
         }
         if self.source is not None:
             state["source"] = self.source.state_dict()
+        if isinstance(self.agent_loop, MixLoop):  # the weights in force, and the curriculum that set them
+            state["mix"] = {
+                "weights": dict(self.agent_loop.weights),
+                "curriculum": None if self.curriculum is None else self.curriculum.state_dict(),
+                "observed_validation": self.observed_validation,
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -256,6 +284,8 @@ class RolloutDataModule(LightningDataModule):
             self.source.load_state_dict(state["source"])
         self.iteration = int(state["iteration"])
         self.seed = int(state.get("seed", self.seed))
+        if isinstance(self.agent_loop, MixLoop) and "mix" in state:
+            self._load_mix(state["mix"])
         states = state.get("rng") or []
         rank, world = self.rank_and_world()
         if len(states) == world:
@@ -266,6 +296,16 @@ class RolloutDataModule(LightningDataModule):
                 "bit-identically (the seed stream of tasks does)", len(states), world,
             )
         self._seeded = True
+
+    def _load_mix(self, mix: dict[str, Any]) -> None:
+        """A mix's state: the curriculum's stage and counters (its weights), else the weights the run drew by."""
+        if self.curriculum is not None and mix.get("curriculum") is not None:
+            self.curriculum.load_state_dict(mix["curriculum"])
+            self.observed_validation = mix.get("observed_validation")
+            self.agent_loop.set_weights(self.curriculum.weights())
+        elif mix.get("weights") and dict(mix["weights"]) != self.agent_loop.weights:
+            log.warning("the checkpoint's mix drew by the weights %s; this config's are %s, which the run goes on with",
+                        dict(mix["weights"]), self.agent_loop.weights)
 
     # ------------------------------------------------------------------ loaders
     # Each loader has a generator of its own: a DataLoader draws its base seed when an iterator is made, from
@@ -300,6 +340,7 @@ class RolloutDataModule(LightningDataModule):
             return batch
         self.prepare_rng()
         it = self.iteration
+        self.follow_curriculum(it)
         rank, world = self.rank_and_world()
         lo, hi = rank_share(self.plan.tasks_per_iteration, rank, world)
         target = hi - lo
@@ -334,6 +375,23 @@ class RolloutDataModule(LightningDataModule):
                      it, kept_groups - filled_groups, target, rounds, filled_groups)
         tokens, turns = collate_episodes(kept, self.agent_loop.sample_mode, self.pad_id)
         return RolloutBatch(tokens, turns, it, seconds, metrics)
+
+    def follow_curriculum(self, iteration: int) -> None:
+        """Before the rollout of ``iteration``: hand the curriculum the validation that came since the last batch
+        (the module's ``last_val``; none outside a Trainer, e.g. in the asynchronous rollout process, where only
+        ``until_iteration`` stages are allowed) and draw by the weights of the stage in force."""
+        if self.curriculum is None:
+            return
+        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
+        seen = getattr(module, "last_val_iteration", None)
+        values = None
+        if seen is not None and seen != self.observed_validation and module.last_val:
+            values, self.observed_validation = dict(module.last_val), seen
+        before = self.curriculum.stage
+        if self.curriculum.observe(iteration, values):
+            log.info("curriculum: stage %d -> %d at iteration %d (weights %s)", before, self.curriculum.stage, iteration,
+                     self.curriculum.weights())
+        self.agent_loop.set_weights(self.curriculum.weights())
 
     def _rollout_round(self, it: int, rounds: int, lo: int, hi: int) -> tuple[list[Task], list[Episode]]:
         """(tasks, episodes) of this rank's groups ``[lo, hi)`` in rollout round ``rounds`` of
@@ -370,6 +428,24 @@ class RolloutDataModule(LightningDataModule):
         metrics.sum("rollout/episodes", len(all_eps))
         # statistics of everything rolled out: the filter must not hide how the policy does
         metrics.update(episode_metrics(all_eps, "rollout/", graded=self.agent_loop.spec.graded))
+        if isinstance(self.agent_loop, MixLoop):
+            metrics.update(self._mix_metrics(all_eps))
+        return metrics
+
+    def _mix_metrics(self, all_eps: list[Episode]) -> Metrics:
+        """A mix's rollout metrics per member (``rollout/<member>/*``, the same statistics as ``rollout/*``, and
+        ``rollout/<member>/episodes``), and with a curriculum its stage and the weights in force
+        (``curriculum/stage``, counted from 0, and ``curriculum/weight/<member>``)."""
+        loop = self.agent_loop
+        metrics = Metrics()
+        for m in loop.members:
+            eps = [e for e in all_eps if e.env_name == m.name]
+            metrics.sum(f"rollout/{m.name}/episodes", len(eps))
+            metrics.update(episode_metrics(eps, f"rollout/{m.name}/", graded=m.loop.spec.graded))
+        if self.curriculum is not None:
+            metrics.same("curriculum/stage", self.curriculum.stage)
+            for name, weight in loop.weights.items():
+                metrics.same(f"curriculum/weight/{name}", weight)
         return metrics
 
     def _filter_round(self, episodes: list[Episode], last: bool) -> tuple[list[int], list[int]]:

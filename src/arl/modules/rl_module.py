@@ -26,6 +26,8 @@ from arl.algos.schema import AlgoConfig, algo_config
 from arl.datamodules.batches import (
     RolloutBatch,
     ValidationBatch,
+    add_tally,
+    member_values,
     sum_tokens_per_turn,
     turn_values_to_tokens,
     with_protocol_names,
@@ -158,6 +160,7 @@ class AgenticRLModule(LightningModule):
         self.val_graded = False
         self.val_valid = MeanMetric()
         self.val_by_type: dict[str, list[int]] = {}  # task type -> [won, played] of this rank's validation
+        self.val_members: dict[str, dict[str, float]] = {}  # env=mix: member -> this rank's sums (ValidationBatch.tally)
         self.val_protocol = ""  # how the validation episodes were sampled (ValidationBatch.protocol); "" unnamed
         self.last_val: dict[str, float] = {}  # the last validation's val/* metrics (restored on resume)
         self.last_val_iteration: int | None = None  # the iteration of last_val; None before any validation
@@ -491,6 +494,7 @@ class AgenticRLModule(LightningModule):
     # ----------------------------------------------------------------------- validation
     def on_validation_epoch_start(self):
         self.val_by_type = {}
+        self.val_members = {}
         self.val_graded = False
         self.val_errors = 0
 
@@ -517,6 +521,8 @@ class AgenticRLModule(LightningModule):
             counts = self.val_by_type.setdefault(task_type, [0, 0])
             counts[0] += int(won)
             counts[1] += 1
+        if batch.member:  # env=mix: val/<member>/*, and the overall values as the mean over the members
+            add_tally(self.val_members, batch.member, batch.tally())
 
     def on_validation_epoch_end(self):
         values = {
@@ -526,10 +532,12 @@ class AgenticRLModule(LightningModule):
         }
         # every rank's per-type counts, and whether it saw a graded batch: a rank whose share of the validation
         # was empty saw none, and the ranks must agree before the score's compute (a collective)
-        by_type, graded, errors = zip(*dist_utils.all_gather_object((self.val_by_type, self.val_graded, self.val_errors)))
+        by_type, graded, errors, members = zip(*dist_utils.all_gather_object(
+            (self.val_by_type, self.val_graded, self.val_errors, self.val_members)))
         if any(graded):
             values["val/score"] = self.val_score.compute()
         values["val/env_errors"] = torch.tensor(float(sum(errors)))  # failed episodes, counted as losses above
+        values.update({k: torch.tensor(v) for k, v in member_values(members).items()})  # env=mix
         # for checkpoint monitors; the values are global already (sync_dist averages equal values)
         self.log_dict(values, on_step=False, on_epoch=True, logger=False, sync_dist=True)
         # the RL iteration, for checkpoint names (callbacks.model_checkpoint: best-iter<k>.ckpt)

@@ -19,8 +19,10 @@ from hydra.utils import instantiate
 
 from arl.agent.corpus import corpus_texts
 from arl.agent.loop import AgentLoop, LoopOptions
+from arl.agent.mix import Member, MixLoop
 from arl.algos import filters
 from arl.callbacks import ThreadRebalance, WeightPush, WeightSync
+from arl.datamodules.curriculum import Curriculum
 from arl.datamodules.rollout_datamodule import FilterSchedule, IterationPlan, RolloutDataModule, ValidationPlan
 from arl.distributed.fsdp import is_sharded, mark_weights_from_rank0, strategy_kwargs, strategy_name
 from arl.distributed.placement import resolve_placement, trainer_processes
@@ -34,7 +36,8 @@ from arl.rollout.engine import LazyEngine, SamplingParams
 from arl.rollout.hf_engine import HFEngine
 from arl.rollout.vllm_engine import VLLMEngine  # the module, not vllm: that extra loads when an engine is made
 from arl.run.loggers import build_loggers, log_hyperparameters
-from arl.run.settings import EnvSettings, RolloutSettings, RunSettings, rollout_settings
+from arl.run.settings import EnvSettings, MixSettings, RolloutSettings, RunSettings, rollout_settings
+from arl.utils.config import ConfigError
 
 
 def load_model(model_cfg: Mapping[str, Any] | ModelSettings, trainer_cfg: dict[str, Any] | None = None,
@@ -104,10 +107,12 @@ def build_engine(rollout: Mapping[str, Any] | RolloutSettings, model, tokenizer)
     return LazyEngine(build)
 
 
-def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
+def build_agent_loop(env: EnvSettings | MixSettings, r: RolloutSettings, engine, tokenizer):
     """The agent loop of the ``env`` and ``rollout`` sections around ``engine`` (``env=program``: the
     user's agent program plays the episodes through the recording gateway; ``env=verifiers``: a verifiers
-    environment does)."""
+    environment does; ``env=mix``: one loop per member, :func:`build_mix_loop`)."""
+    if isinstance(env, MixSettings):
+        return build_mix_loop(env, r, engine, tokenizer)
     if env.name in GATEWAY_ENVS:  # the ecosystem extra's packages, imported only here
         loop = gateway_loop_class(env.name)(engine, tokenizer, **env.kwargs)
         loop.max_prompt_tokens = r.max_prompt_tokens
@@ -132,6 +137,27 @@ def build_agent_loop(env: EnvSettings, r: RolloutSettings, engine, tokenizer):
             tool_parser=r.tool_parser,
         ),
     )
+
+
+def build_mix_loop(mix: MixSettings, r: RolloutSettings, engine, tokenizer) -> MixLoop:
+    """``env=mix``: an :class:`AgentLoop` per member around the one ``engine`` (each its own env pool, prompts
+    and turns), drawn by the weights in force at the start (:meth:`MixSettings.start_weights`). A curriculum
+    metric on a member's ``score`` needs that member to grade its episodes (its env's spec)."""
+    loops: dict[str, AgentLoop] = {}
+    try:
+        for name, section in mix.sections().items():
+            loops[name] = build_agent_loop(section, r, engine, tokenizer)
+        for stage in mix.curriculum or ():
+            parts = (stage.metric or "").split("/")
+            if len(parts) == 3 and parts[2] == "score" and not loops[parts[1]].spec.graded:
+                raise ConfigError(f"env.curriculum: {stage.metric} is the score of member {parts[1]}, whose env "
+                                  f"({mix.members[parts[1]].name}) does not grade its episodes; use its success_rate")
+        members = [Member(name, loop, mix.members[name].val_episodes) for name, loop in loops.items()]
+        return MixLoop(members, mix.start_weights())
+    except BaseException:
+        for loop in loops.values():
+            loop.close()
+        raise
 
 
 def build_strategy(trainer_cfg: dict[str, Any], model=None):
@@ -267,7 +293,7 @@ def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, pad_id: int) -> 
     """The online DataModule of the RL stage: rollout budgets, the filter (its settings bound) and
     its re-rollout schedule, validation; batches padded with ``pad_id`` (the policy tokenizer's)."""
     r, dynamic = run.rollout, run.algo.filter
-    return RolloutDataModule(
+    dm = RolloutDataModule(
         loop,
         IterationPlan(run.rl.iterations, r.tasks_per_iteration, r.group_size, sampling_params(r)),
         validation_plan(r),
@@ -276,3 +302,6 @@ def build_rollout_datamodule(run: RunSettings, loop: AgentLoop, pad_id: int) -> 
         seed=run.seed,
         pad_id=pad_id,
     )
+    if isinstance(run.env, MixSettings) and run.env.curriculum is not None:
+        dm.use_curriculum(Curriculum(run.env.curriculum))
+    return dm

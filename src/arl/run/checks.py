@@ -21,7 +21,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from arl.agent.experts import expert_path
+from arl.agent.experts import expert_path, has_expert
+from arl.agent.mix import MIX_NAME
 from arl.distributed.fsdp import SHARDING_LOADS, is_sharded, loads_on_rank0, strategy_name
 from arl.distributed.placement import PlacementError, resolve_placement, run_folder_problem, trainer_processes
 from arl.distributed.threads import parse_setting
@@ -30,7 +31,7 @@ from arl.envs.registry import GATEWAY_ENVS, env_names, missing_package
 from arl.models.config import ModelSettings, validate_model_config
 from arl.rollout.vllm_config import VLLMSettings, vllm_settings
 from arl.run.loggers import tracker_problem
-from arl.run.settings import RolloutSettings, RunSettings, run_settings
+from arl.run.settings import EnvSettings, MixSettings, RolloutSettings, RunSettings, run_settings
 from arl.utils.config import ConfigError, container
 
 
@@ -74,14 +75,57 @@ def validate_config(cfg: DictConfig | Mapping[str, Any]) -> RunSettings:
 
 
 def _validate_env_and_model(run: RunSettings) -> None:
-    if ":" not in run.env.name:  # "package.module:Class" plugs in a user env
-        _choice("env.name", run.env.name, [*env_names(), *GATEWAY_ENVS])
-        missing = missing_package(run.env.name)
-        if missing:
-            raise ConfigError(missing)
+    if isinstance(run.env, MixSettings):
+        _validate_mix(run)
+    else:
+        _validate_env_name(run.env.name, "env.name")
     if run.env.name in GATEWAY_ENVS:
         _validate_program(run)
     validate_model_config(run.model)
+
+
+def _validate_env_name(name: str, key: str) -> None:
+    """A registered env (its packages installed) or a ``package.module:Class`` of the user's."""
+    if ":" not in name:  # "package.module:Class" plugs in a user env
+        _choice(key, name, [*env_names(), *GATEWAY_ENVS])
+        missing = missing_package(name)
+        if missing:
+            raise ConfigError(missing)
+
+
+def _validate_mix(run: RunSettings) -> None:
+    """``env=mix``: every member an env the built-in agent loop plays; what a mix does not offer (a member that
+    is a mix, gateway envs, DAgger, an expert missing for BC, a validation-driven curriculum with asynchronous
+    rollouts) refused with the way out."""
+    mix = run.env
+    starting = mix.start_weights()
+    for name, member in mix.members.items():
+        key = f"env.members.{name}.name"
+        if member.name == MIX_NAME:
+            raise ConfigError(f"{key}=mix: a member cannot be a mix itself; list its members in this mix instead")
+        if member.name in GATEWAY_ENVS:
+            raise ConfigError(f"{key}={member.name}: a gateway env (an agent program or a verifiers environment plays "
+                              "its episodes) cannot be a member of a mix; a mix's members are played by the agent loop")
+        _validate_env_name(member.name, key)
+        if run.bc.enabled and not run.model.init_from and not run.bc.dataset_path and starting.get(name, 0.0) > 0 \
+                and not has_expert(member.name):
+            raise ConfigError(f"{key}={member.name} has no scripted expert for behaviour cloning to collect from: "
+                              "bc.enabled=false, model.init_from=<a BC policy>, or bc.dataset_path=<a dataset>")
+    if run.bc.enabled and run.bc.dagger.enabled:
+        raise ConfigError("bc.dagger with env=mix: a DAgger round asks one env's expert, and a mix's members each "
+                          "have their own; set bc.dagger.enabled=false (behaviour cloning and bootstrapping work)")
+    if mix.curriculum is not None and run.rl.max_staleness is not None and \
+            any(stage.metric is not None for stage in mix.curriculum[:-1]):
+        raise ConfigError(f"env.curriculum advanced by a validation measure with rl.max_staleness={run.rl.max_staleness}: "
+                          "the rollout process plays ahead of the validations, so the stage of an iteration would depend "
+                          "on timing; use until_iteration stages, or synchronous RL (rl.max_staleness=null)")
+
+
+def env_sections(env: EnvSettings | MixSettings) -> dict[str, EnvSettings]:
+    """``{config path: env section}`` of every env a run plays: ``env``, or a mix's members."""
+    if isinstance(env, MixSettings):
+        return {f"env.members.{name}": section for name, section in env.sections().items()}
+    return {"env": env}
 
 
 def _validate_program(run: RunSettings) -> None:
@@ -160,6 +204,8 @@ def _validate_async(run: RunSettings) -> None:
 
 
 def _validate_dagger(run: RunSettings) -> None:
+    if isinstance(run.env, MixSettings):
+        return  # refused with the mix (_validate_mix)
     if run.rollout.sample_mode != "turn":
         raise ConfigError(
             "bc.dagger needs rollout.sample_mode=turn: a DAgger turn pairs the policy's prompt with the expert's "
@@ -338,10 +384,16 @@ def check_machine(run: RunSettings) -> None:
             what = ("an HF folder to start from" if key == "init_from"
                     else "a local folder (a hub id is written org/name)")
             raise ConfigError(f"model.{key}={value!r} does not exist: {what}")
-    for key, value in run.env.kwargs.items():
+    for where, env in env_sections(run.env).items():
+        _check_env_files(where, env)
+
+
+def _check_env_files(where: str, env: EnvSettings) -> None:
+    """The data files and folders one env section names (``*_path``, ``*_dir``; ALFWorld's games) exist."""
+    for key, value in env.kwargs.items():
         if isinstance(value, str) and value and key.endswith(("_path", "_dir")) and not Path(value).expanduser().exists():
-            raise ConfigError(f"env.kwargs.{key}={value!r} does not exist")
+            raise ConfigError(f"{where}.kwargs.{key}={value!r} does not exist")
         if key in ("games", "val_games") and value:  # ALFWorld's own games: files, folders or globs
             for item in [value] if isinstance(value, str) else list(value):
                 if not spec_matches(item):
-                    raise ConfigError(f"env.kwargs.{key}: {item!r} does not exist (no file, folder or glob match)")
+                    raise ConfigError(f"{where}.kwargs.{key}: {item!r} does not exist (no file, folder or glob match)")

@@ -14,10 +14,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from arl.agent.metrics import episode_metrics
+from arl.agent.metrics import episode_metrics, member_means
 from arl.agent.records import episode_record
 from arl.datamodules.batches import with_protocol_names
-from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol
+from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol, validation_sets
 from arl.models.config import ModelSettings
 from arl.models.loading import load_policy
 from arl.run.builders import build_agent_loop, build_engine, load_model, sampling_params, validation_plan
@@ -44,15 +44,24 @@ def run_validation(
     """Episodes on the held-out seeds, group size 1, sampled with the ``val_*`` keys (greedy when
     ``val_temperature`` is 0); ``val/*`` metrics and their ``val_sampled/*`` or ``val_greedy/*``
     copy. With ``episodes_path``, each episode is also written there as a JSON line
-    (:func:`arl.agent.records.episode_record`: the summary and the turns, text and all)."""
+    (:func:`arl.agent.records.episode_record`: the summary and the turns, text and all). A mix (``env=mix``)
+    validates every member on its own held-out set: ``val/<member>/*``, and the overall ``val/success_rate``,
+    ``return_mean``, ``valid_action_ratio`` (and ``score``) the mean over the members, as training logs them."""
     plan = validation_plan(rollout_settings(rollout))
-    batches = validation_episodes(loop, plan, seed=seed)
-    episodes = [e for eps, _ in batches for e in eps]
+    episodes, metrics, members = [], {}, []
+    for member, member_loop, member_plan in validation_sets(loop, plan):
+        played = [e for eps, _ in validation_episodes(member_loop, member_plan, seed=seed) for e in eps]
+        episodes += played
+        if member:
+            members.append(member)
+            metrics.update(episode_metrics(played, f"val/{member}/", graded=member_loop.spec.graded, failed_lose=True))
+            metrics[f"val/{member}/episodes"] = float(len(played))
     if episodes_path is not None:
         episodes_path.parent.mkdir(parents=True, exist_ok=True)
         with episodes_path.open("w") as f:
             f.writelines(json.dumps(episode_record(e)) + "\n" for e in episodes)
-    metrics = episode_metrics(episodes, "val/", graded=loop.spec.graded, failed_lose=True)
+    metrics = {**episode_metrics(episodes, "val/", graded=loop.spec.graded, failed_lose=True), **metrics}
+    metrics.update(member_means(metrics, members))
     return with_protocol_names(metrics, validation_protocol(plan.sampling))
 
 

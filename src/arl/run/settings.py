@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arl.agent.loop import SCHEDULES
+from arl.agent.mix import MIX_NAME
 from arl.agent.samples import SAMPLE_MODES
 from arl.agent.tool_calls import parser_names
 from arl.algos import schema as algo_schema
 from arl.algos.schema import AlgoConfig
+from arl.datamodules.curriculum import Stage, build_stages, curriculum_problems
 from arl.models.config import ModelSettings, without_missing_path
 from arl.plan.memory import ENGINES
 from arl.rollout.hf_engine import HF_CACHES
@@ -46,6 +48,7 @@ from arl.utils.schema import (
     absent_or,
     build,
     integer,
+    is_mapping,
     number,
     one_of,
     optional,
@@ -76,6 +79,86 @@ class EnvSettings:
     show_observations: bool = required(BOOLEAN)
     max_turns: int | None = required(optional(COUNT))
     kwargs: dict = required(MAPPING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemberSettings(EnvSettings):
+    """``env.members.<name>`` of a mix: a member env's own section (``configs/env/<env>.yaml``), its weight and
+    the held-out episodes it validates on."""
+
+    weight: float | None = absent_or(optional(number(0.0)))  # unread under a curriculum (its stages weigh)
+    val_episodes: int | None = absent_or(optional(COUNT))  # null or absent: rollout.val_episodes
+
+
+def _members_problem(value: Any) -> str | None:
+    ok = is_mapping(value) and len(value) > 0 and all(isinstance(k, str) and k for k in value)
+    return None if ok else "must be a non-empty mapping of member names to env sections"
+
+
+MEMBERS = Check("mapping of member names to env sections", _members_problem,
+                lambda value: {str(k): build(MemberSettings, v) for k, v in value.items()})
+
+
+def _curriculum_problem(value: Any) -> str | None:
+    return None if value is None or is_mapping(value) else "must be a mapping (stages) or null"
+
+
+CURRICULUM = Check("`null` or a mapping with `stages`", _curriculum_problem,
+                   lambda value: None if value is None else build_stages(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixSettings:
+    """``env`` of ``env=mix``: several member envs, one policy (configs/env/mix.yaml, docs/mixtures.md).
+
+    ``kwargs`` are values for every member that has the key among its own kwargs (``debug=cpu_small`` sets
+    ``prompt_style`` here); ``curriculum`` (None: the members' fixed weights) is the stages of member weights."""
+
+    name: str = required(one_of((MIX_NAME,)))
+    kwargs: dict = required(MAPPING)
+    members: dict[str, MemberSettings] = required(MEMBERS)
+    curriculum: tuple[Stage, ...] | None = required(CURRICULUM)
+
+    @classmethod
+    def section_problems(cls, node: Mapping[str, Any], path: str) -> list[str]:
+        """The members' own sections, their weights, and the curriculum against the members."""
+        members = node["members"]
+        errors = [e for name, m in members.items() for e in problems(m, MemberSettings, f"{path}.members.{name}")]
+        if errors:
+            return errors
+        curriculum = node["curriculum"]
+        if curriculum is not None:
+            # whether a member grades its episodes (val/<member>/score) is its env's spec: checked when its loop is built
+            return curriculum_problems(curriculum, list(members), list(members), f"{path}.curriculum")
+        missing = [n for n, m in members.items() if m.get("weight") is None]
+        if missing:
+            return [f"{path}.members.{n}.weight is missing (a number >= 0; +{path}.members.{n}.weight=... adds it), or "
+                    f"give {path}.curriculum" for n in missing]
+        if sum(float(m["weight"]) for m in members.values()) <= 0:
+            return [f"{path}.members.*.weight are all 0: some member must be played"]
+        return []
+
+    @property
+    def max_turns(self) -> int | None:
+        """The longest member's turns per episode (None when a member has no bound of its own)."""
+        turns = [m.max_turns for m in self.members.values()]
+        return None if any(t is None for t in turns) else max(turns)
+
+    def sections(self) -> dict[str, EnvSettings]:
+        """Each member's env section as its loop plays it: its own kwargs, with the mix's ``kwargs`` for the keys
+        it has."""
+        out = {}
+        for name, m in self.members.items():
+            kwargs = {**m.kwargs, **{k: v for k, v in self.kwargs.items() if k in m.kwargs}}
+            out[name] = EnvSettings(name=m.name, history_window=m.history_window, show_observations=m.show_observations,
+                                    max_turns=m.max_turns, kwargs=kwargs)
+        return out
+
+    def start_weights(self) -> dict[str, float]:
+        """The weights in force at the start: the curriculum's first stage, else the members' weights."""
+        if self.curriculum is not None:
+            return dict(self.curriculum[0].weights)
+        return {name: float(m.weight or 0.0) for name, m in self.members.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,7 +307,7 @@ class RunSettings:
     ``callbacks`` are their groups' mappings (``_target_`` blocks); ``config`` is the whole composed
     config as plain containers, for records only."""
 
-    env: EnvSettings
+    env: EnvSettings | MixSettings
     rollout: RolloutSettings
     rl: RLSettings
     bc: BCSettings
@@ -257,9 +340,17 @@ def _rerooted(value: Any, old: str, new: str) -> Any:
     return value
 
 
-def env_settings(env: Mapping[str, Any] | EnvSettings) -> EnvSettings:
+def env_schema(env: Any) -> type:
+    """The section an ``env`` group is checked against: :class:`MixSettings` for ``name: mix``, else
+    :class:`EnvSettings`."""
+    return MixSettings if is_mapping(env) and env.get("name") == MIX_NAME else EnvSettings
+
+
+def env_settings(env: Mapping[str, Any] | EnvSettings | MixSettings) -> EnvSettings | MixSettings:
     """The checked, typed ``env`` group (:class:`ConfigError` names every bad key)."""
-    return typed_section(EnvSettings, env, "env")
+    if isinstance(env, (EnvSettings, MixSettings)):
+        return env
+    return typed_section(env_schema(env), env, "env")
 
 
 def rollout_settings(rollout: Mapping[str, Any] | RolloutSettings) -> RolloutSettings:
@@ -304,6 +395,8 @@ def _typed_sections(c: dict[str, Any], typed: dict[str, type], other_problems: l
     lists every key given by its old name, every missing, unknown or invalid key of the sections and
     the ``other_problems``."""
     node = {**c, "model": without_missing_path(c.get("model"))}
+    if "env" in typed:
+        typed = {**typed, "env": env_schema(node.get("env"))}
     errors = renamed_key_problems(c)
     errors += [e for name, cls in typed.items() for e in problems(node.get(name), cls, name)]
     errors += other_problems
@@ -337,7 +430,7 @@ class EvalSettings:
     """An evaluation config (``configs/eval.yaml``), checked and typed (:func:`eval_settings`), after
     the run that wrote the checkpoint lent it its ``model``, ``env`` and episode-shaping rollout keys."""
 
-    env: EnvSettings
+    env: EnvSettings | MixSettings
     rollout: RolloutSettings
     model: ModelSettings
     paths: PathSettings
