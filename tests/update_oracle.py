@@ -203,9 +203,18 @@ def _policy_terms(loss: dict, logp: torch.Tensor, old: torch.Tensor, adv: torch.
         dual = -adv * float(loss["clip_ratio_c"])
         return torch.where(adv < 0, torch.minimum(l_ppo, dual), l_ppo)
     if name == "gspo":
-        log_s = (logp - old).mean().detach()  # the sequence's length-normalised log ratio
+        d = (logp - old).detach()
+        log_s = d.mean()  # the sequence's length-normalised log ratio
+        if loss.get("seq_ratio", "geometric") == "outlier_weighted":  # a softmax of beta |log r| weighs the tokens
+            log_s = (torch.softmax(float(loss["outlier_beta"]) * d.abs(), dim=0) * d).sum()
         s_t = torch.exp((log_s + logp - logp.detach()).clamp(max=10.0))
-        return torch.maximum(-adv * s_t, -adv * s_t.clamp(low, high))
+        terms = torch.maximum(-adv * s_t, -adv * s_t.clamp(low, high))
+        if loss.get("token_bound") is not None:  # the whole sequence clipped when its furthest token is past the bound
+            eps = float(loss["token_bound"])
+            ratio = torch.exp(d)
+            past = ((adv > 0) & (ratio.max() > 1 + eps)) | ((adv < 0) & (ratio.min() < 1 - eps))
+            terms = torch.where(past, terms.detach(), terms)
+        return terms
     if name == "cispo":
         weight = torch.exp((logp - old).clamp(-20, 20)).clamp(low, high).detach()
         return -weight * adv * logp

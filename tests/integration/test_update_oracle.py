@@ -63,6 +63,9 @@ CASES = [
     ("gigpo", "turn", 2, ["algo.kl.in_loss=false", "algo.kl.coef=0.5"]),  # KL as a per-turn reward penalty
     ("grpo", "turn", 2, ["rollout.temperature=0.7"]),                       # scoring at the sampling temperature
     ("grpo", "turn", 2, ["algo.loss.clip_ratio_low=0.1", "algo.loss.clip_ratio_high=0.3"]),  # asymmetric clip
+    ("sampo", "turn", 2, ["algo.loss.seq_ratio=outlier_weighted"]),         # GSPO's ratio weighted to the outliers
+    ("sampo", "trajectory", 2, ["algo.loss.seq_ratio=outlier_weighted", "algo.loss.outlier_beta=3.0",
+                                "algo.loss.token_bound=0.3", "algo.loss.clip_ratio_high=0.2"]),  # and the token bound
 ]
 
 
@@ -121,6 +124,23 @@ def test_the_oracle_sees_clipping_act():
     base, _ = oracle.oracle_update(model, episodes, algo, "turn", 2, 1e-3, 0.01, 0.5, PERM_SEED, ADAM_EPS)
     wide = {**algo, "loss": {**algo["loss"], "clip_ratio_high": 0.5}}
     other, _ = oracle.oracle_update(model, episodes, wide, "turn", 2, 1e-3, 0.01, 0.5, PERM_SEED, ADAM_EPS)
+    assert max(float((base[k] - other[k]).abs().max()) for k in base) > 100 * TOL
+
+
+@pytest.mark.parametrize("mode,extra", [("turn", {"seq_ratio": "outlier_weighted"}),
+                                        ("trajectory", {"seq_ratio": "outlier_weighted", "outlier_beta": 3.0}),
+                                        ("trajectory", {"token_bound": 0.3, "clip_ratio_high": 0.2})])
+def test_the_oracle_sees_the_sequence_ratio_settings(mode, extra):
+    """The outlier-weighted ratio and the token bound change the oracle's step on these episodes (their
+    shifted old log-probs give a row outliers), so the cases above that set them test something."""
+    model, tok = _base_model()
+    episodes = oracle.make_episodes(len(tok), mode)
+    oracle.store_old_log_probs(model, episodes)
+    algo = OmegaConf.to_container(_cfg("sampo", mode, 2).algo, resolve=True)
+    changed = {**algo, "loss": {**algo["loss"], **extra}}
+    unchanged = {**algo, "loss": {**algo["loss"], **{k: v for k, v in extra.items() if k == "clip_ratio_high"}}}
+    base, _ = oracle.oracle_update(model, episodes, unchanged, mode, 2, 1e-3, 0.01, 0.5, PERM_SEED, ADAM_EPS)
+    other, _ = oracle.oracle_update(model, episodes, changed, mode, 2, 1e-3, 0.01, 0.5, PERM_SEED, ADAM_EPS)
     assert max(float((base[k] - other[k]).abs().max()) for k in base) > 100 * TOL
 
 

@@ -11,6 +11,8 @@ Submodules:
 - :mod:`~arl.algos.filters`: none, dapo, stage_aware group filters;
 - :mod:`~arl.algos.diagnostics`: IS-ratio and KL-attribution statistics;
 - :mod:`~arl.algos.objective`: ``actor_loss`` composing the above;
+- :mod:`~arl.algos.clip_control`: the factor on the clip bounds that follows the training stage
+  (schedule, adaptive controller) and its state across iterations;
 - :mod:`~arl.algos.schema`: the ``algo`` config group defined once (typed :class:`AlgoConfig`,
   defaults, checks); ``validate_algo_config`` and ``algo_config``.
 
@@ -20,6 +22,7 @@ Nothing here imports Lightning, transformers or another ``arl`` subpackage.
 from arl.algos import (
     advantages,
     aggregation,
+    clip_control,
     diagnostics,
     filters,
     kl,
@@ -37,6 +40,7 @@ __all__ = [
     "advantages",
     "aggregation",
     "algo_config",
+    "clip_control",
     "diagnostics",
     "filters",
     "kl",

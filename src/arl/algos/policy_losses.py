@@ -20,6 +20,7 @@ w.r.t. log pi equals the REINFORCE gradient -A per token; they differ only off-p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,48 @@ def sequence_log_ratio(log_prob: Tensor, old_log_prob: Tensor, response_mask: Te
     return (_zero_outside(log_prob - old_log_prob, mask) * mask).sum(dim=-1) / lengths
 
 
+#: how ``gspo`` forms its sequence ratio (``algo.loss.seq_ratio``)
+SEQ_RATIOS: tuple[str, ...] = ("geometric", "outlier_weighted")
+
+
+def outlier_weighted_log_ratio(log_prob: Tensor, old_log_prob: Tensor, response_mask: Tensor, beta: float) -> Tensor:
+    """log s_i = sum_t w_it log r_it with w_it = m_t exp(beta |log r_it|) / sum_t' m_t' exp(beta |log r_it'|),
+    the mean of the row's token log-ratios weighted by a softmax of their size (``beta`` per nat): a
+    token far off-policy weighs exp(beta d) times one that is d nats closer, so one outlier in a long
+    response is not diluted by the rest. ``beta`` = 0 is :func:`sequence_log_ratio` to the bit (every
+    weight 1 / |y_i|, summed in the same order); a large ``beta`` tends to the log-ratio of the row's
+    furthest token. Computed stably (the row's largest beta |log r| subtracted before ``exp``) and
+    without gradient. (B, T) -> (B,); 0 for empty rows."""
+    with torch.no_grad():
+        mask = response_mask.to(log_prob.dtype)
+        log_ratio = _zero_outside(log_prob - old_log_prob, mask)
+        scores = beta * log_ratio.abs()  # >= 0; 0 outside the mask
+        weights = mask * torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # the row's largest: exp(0) = 1
+        return (log_ratio * weights).sum(dim=-1) / weights.sum(dim=-1).clamp_min(1.0)
+
+
+def _max_token_dev(log_prob: Tensor, old_log_prob: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Per row the largest and the smallest token log-ratio over the response, (B,) each (0 for an
+    empty row); no gradient."""
+    with torch.no_grad():
+        log_ratio = _zero_outside(log_prob - old_log_prob, mask)
+        inside = mask != 0
+        high = torch.where(inside, log_ratio, torch.full_like(log_ratio, -torch.inf)).amax(dim=-1)
+        low = torch.where(inside, log_ratio, torch.full_like(log_ratio, torch.inf)).amin(dim=-1)
+        empty = ~inside.any(dim=-1)
+        return torch.where(empty, 0.0, high), torch.where(empty, 0.0, low)
+
+
+def _past_token_bound(high: Tensor, low: Tensor, advantages: Tensor, token_bound: float) -> Tensor:
+    """The tokens whose row's furthest token ratio is past ``token_bound`` = eps_tok on the side the
+    token's advantage pushes: A > 0 and max_t r_t > 1 + eps_tok, or A < 0 and min_t r_t < 1 - eps_tok
+    (never below for eps_tok >= 1). ``high`` / ``low``: the rows' largest / smallest log r, (B,);
+    ``advantages`` (B, T); returns a (B, T) bool."""
+    above = math.log1p(token_bound)  # log(1 + eps_tok)
+    below = math.log1p(-token_bound) if token_bound < 1.0 else -math.inf  # log(1 - eps_tok)
+    return ((advantages > 0) & (high > above).unsqueeze(-1)) | ((advantages < 0) & (low < below).unsqueeze(-1))
+
+
 @REGISTRY.register("ppo_clip")
 def ppo_clip(
     *,
@@ -132,26 +175,44 @@ def gspo(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """GSPO: clipped sequence-level ratio (Zheng et al., Qwen 2025).
 
-    log s_i = (1/|y_i|) sum_t m_t (log pi - log pi_old) (the length-normalised sequence ratio);
-    per token log s_it = sg(log s_i) + log pi_t - sg(log pi_t), clamped above at 10, so the value
-    is s_i on every token and the gradient is s_i * grad log pi_t;
-    L = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)).
+    log s_i = (1/|y_i|) sum_t m_t (log pi - log pi_old) (the length-normalised sequence ratio;
+    ``cfg.seq_ratio`` = ``outlier_weighted``: :func:`outlier_weighted_log_ratio` with
+    ``cfg.outlier_beta``); per token log s_it = sg(log s_i) + log pi_t - sg(log pi_t), clamped
+    above at 10, so the value is s_i on every token and the gradient is s_i * grad log pi_t;
+    L = max(-A s_it, -A clip(s_it, 1 - eps_low, 1 + eps_high)). With ``cfg.token_bound`` = eps_tok,
+    a token whose row's furthest token ratio is past the bound on its advantage's side
+    (A > 0: max_t r_t > 1 + eps_tok; A < 0: min_t r_t < 1 - eps_tok) keeps its value and loses its
+    gradient, as a clipped one.
 
     Shapes: all inputs (B, T); returns loss_mat (B, T). Metrics: ``clipfrac`` (share of tokens in
-    clipped sequences), ``clipfrac_lower`` = 0 (no dual clip), ``ppo_kl``.
+    clipped sequences, by the sequence ratio or the token bound), ``clipfrac_lower`` = 0 (no dual
+    clip), ``token_bound_frac`` (share of tokens clipped by the token bound; with it set),
+    ``seq_ratio_max_token_dev`` (mean over non-empty rows of max_t |log r_t|), ``ppo_kl``.
     """
     mask = response_mask
-    log_seq_ratio = sequence_log_ratio(log_prob, old_log_prob, mask).detach()  # (B,)
+    if cfg.seq_ratio == "outlier_weighted":
+        log_seq_ratio = outlier_weighted_log_ratio(log_prob, old_log_prob, mask, cfg.outlier_beta)  # (B,)
+    else:
+        log_seq_ratio = sequence_log_ratio(log_prob, old_log_prob, mask).detach()  # (B,)
     log_token_seq_ratio = log_seq_ratio.unsqueeze(-1) + log_prob - log_prob.detach()
     seq_ratio = torch.exp(log_token_seq_ratio.clamp(max=GSPO_LOG_RATIO_MAX))
     loss_unclipped = -advantages * seq_ratio
     loss_clipped = -advantages * seq_ratio.clamp(1.0 - cfg.clip_ratio_low, 1.0 + cfg.clip_ratio_high)
     loss_mat = torch.maximum(loss_unclipped, loss_clipped)
+    clipped = loss_clipped > loss_unclipped
 
     metrics = _base_metrics(log_prob, old_log_prob, mask)
+    high, low = _max_token_dev(log_prob, old_log_prob, mask)
+    if cfg.token_bound is not None:
+        past = _past_token_bound(high, low, advantages, cfg.token_bound)
+        loss_mat = torch.where(past, loss_mat.detach(), loss_mat)
+        clipped = clipped | past
+        metrics["token_bound_frac"] = masked_mean(past.float(), mask)
     with torch.no_grad():
-        metrics["clipfrac"] = masked_mean((loss_clipped > loss_unclipped).float(), mask)
+        metrics["clipfrac"] = masked_mean(clipped.float(), mask)
         metrics["clipfrac_lower"] = torch.zeros((), dtype=log_prob.dtype, device=log_prob.device)
+        rows = (mask.sum(dim=-1) > 0).to(log_prob.dtype)
+        metrics["seq_ratio_max_token_dev"] = (torch.maximum(high, -low) * rows).sum() / rows.sum().clamp_min(1.0)
     return loss_mat, metrics
 
 

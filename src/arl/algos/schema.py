@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from arl.algos import advantages, aggregation, filters, kl, policy_losses
+from arl.algos import advantages, aggregation, clip_control, filters, kl, policy_losses
 from arl.algos.registry import OUTSIDE_FORM, Kwargs, OutsideNameError, Registry
 from arl.utils import schema as _schema
 from arl.utils.schema import (  # noqa: F401  (re-exported: the section helpers of this group)
@@ -114,11 +114,33 @@ class LossConfig:
     clip_ratio_c: float = setting(3.0, "dual-clip constant c > 1 for A < 0 (ppo_clip)", number(1.0, low_open=True))
     tau_pos: float = setting(1.0, "SAPO gate temperature for A > 0", number(0.0, low_open=True))
     tau_neg: float = setting(1.05, "SAPO gate temperature for A <= 0", number(0.0, low_open=True))
+    seq_ratio: str = setting(
+        "geometric",
+        "gspo: the sequence ratio, geometric (GSPO's mean of the token log-ratios) | outlier_weighted (their "
+        "softmax-weighted mean by beta |log r|: the furthest token counts most)",
+        one_of(lambda: policy_losses.SEQ_RATIOS),
+    )
+    outlier_beta: float = setting(
+        10.0, "gspo outlier_weighted: beta, per nat of |log r| (0: the geometric mean)", number(0.0)
+    )
+    token_bound: float | None = setting(
+        None,
+        "gspo: eps_tok; a sequence whose furthest token ratio is past 1 + eps_tok (A > 0) or below 1 - eps_tok "
+        "(A < 0) is clipped whole (null: no token bound)",
+        optional(number(0.0, low_open=True)),
+    )
 
     @staticmethod
     def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
-        """The loss function's signature against its contract and ``kwargs``."""
-        return part_problems(policy_losses.REGISTRY, node, path)
+        """The loss function's signature against its contract and ``kwargs``; the sequence-ratio keys
+        with a loss other than ``gspo``."""
+        found = part_problems(policy_losses.REGISTRY, node, path)
+        if node["name"] != "gspo":
+            for key, off in (("seq_ratio", "geometric"), ("token_bound", None)):
+                if node[key] != off:
+                    found.append(f"{path}.{key}={node[key]} is a setting of the gspo loss; {path}.name={node['name']} "
+                                 f"has no sequence ratio (set {path}.name=gspo, or {path}.{key}={yaml_scalar(off)})")
+        return found
 
 
 @dataclass(frozen=True)
@@ -234,6 +256,44 @@ class KLConfig:
 
 
 @dataclass(frozen=True)
+class ClipControlConfig:
+    """``algo.clip_control``: a factor on the clip bounds eps_low, eps_high that follows the training
+    stage (:mod:`arl.algos.clip_control`)."""
+
+    mode: str = setting(
+        "fixed",
+        "fixed (the configured bounds) | schedule (a factor from 1 to end_factor over iterations) | adaptive (a "
+        "controller steering target_metric toward target)",
+        one_of(clip_control.MODES),
+    )
+    shape: str = setting("linear", "schedule: linear | cosine path of the factor", one_of(clip_control.SHAPES))
+    end_factor: float = setting(0.5, "schedule: the factor at iteration `iterations` and after", number(0.0, low_open=True))
+    iterations: int = setting(100, "schedule: iterations over which the factor moves from 1 to end_factor", integer(1))
+    target_metric: str = setting(
+        "clipfrac",
+        "adaptive: the measured quantity, clipfrac (above target: widen) | ppo_kl (above target: tighten)",
+        one_of(clip_control.TARGET_METRICS),
+    )
+    target: float = setting(
+        0.1, "adaptive: the value of target_metric to hold (a fraction for clipfrac, nats per token for ppo_kl)",
+        number(0.0, low_open=True),
+    )
+    rate: float = setting(0.5, "adaptive: gain; a step is 1 + rate (measured / target - 1), signed by the metric",
+                          number(0.0, low_open=True))
+    max_step: float = setting(0.1, "adaptive: each step's multiplier kept in [1 - max_step, 1 + max_step]",
+                              number(0.0, 1.0, high_open=True))
+    min_factor: float = setting(0.1, "adaptive: the lowest factor", number(0.0, low_open=True))
+    max_factor: float = setting(10.0, "adaptive: the highest factor", number(0.0, low_open=True))
+
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """The adaptive factor's bounds in order."""
+        if node["min_factor"] > node["max_factor"]:
+            return [f"{path}.min_factor={node['min_factor']} is above {path}.max_factor={node['max_factor']}"]
+        return []
+
+
+@dataclass(frozen=True)
 class AlgoConfig:
     """The whole ``algo`` group (GRPO-like defaults; the presets of configs/algo/ change some)."""
 
@@ -245,6 +305,17 @@ class AlgoConfig:
     filter: FilterConfig = section(FilterConfig, "dynamic sampling")
     kl: KLConfig = section(KLConfig, "KL penalty")
     entropy_coef: float = setting(0.001, "entropy bonus: loss -= entropy_coef * aggregated entropy", number())
+    clip_control: ClipControlConfig = section(ClipControlConfig, "clip bounds that follow the training stage")
+
+    @staticmethod
+    def section_problems(node: Mapping[str, Any], path: str) -> list[str]:
+        """A clip control other than ``fixed`` needs a loss with clip bounds."""
+        mode, loss = node["clip_control"]["mode"], node["loss"]["name"]
+        if mode == "fixed" or loss in clip_control.CLIPPED_LOSSES:
+            return []
+        return [(f"{path}.clip_control.mode={mode} scales the clip bounds eps_low / eps_high, which {path}.loss.name="
+                 f"{loss} does not have; it works with {', '.join(clip_control.CLIPPED_LOSSES)} "
+                 f"(or set {path}.clip_control.mode=fixed)")]
 
 
 # ----------------------------------------------------------------------------------------- walking it

@@ -22,6 +22,7 @@ from torchmetrics import MeanMetric
 from arl.agent.metrics import success_by_type
 from arl.algos import advantages, diagnostics, kl
 from arl.algos import objective as objective_lib
+from arl.algos.clip_control import ClipControl
 from arl.algos.schema import AlgoConfig, algo_config
 from arl.datamodules.batches import (
     RolloutBatch,
@@ -124,6 +125,8 @@ class AgenticRLModule(LightningModule):
             reference.requires_grad_(False).eval()
         self.pad_id = tokenizer.pad_token_id
         self.algo = algo_config(algo)  # validated and typed
+        self.clip_control = ClipControl(self.algo.clip_control)  # the clip bounds' factor across iterations
+        self.update_algo = self.algo  # the algo of this iteration's update: its clip bounds (algo.clip_control)
         self.advantage_fn = advantages.estimator(self.algo.advantage)  # algo.advantage.kwargs bound
         self.optimizer_factory = optimizer
         self.ppo_epochs = update.ppo_epochs
@@ -223,6 +226,7 @@ class AgenticRLModule(LightningModule):
             metrics = Metrics()
             metrics.update(batch.metrics)
             self.iteration += 1
+            self.update_algo = self.clip_control.algo_at(self.algo, self.iteration)
             n_global = int(self._lanes().total(float(batch.num_samples)))
             if n_global == 0:  # no rank has anything
                 self._log_empty_iteration(metrics)
@@ -316,7 +320,12 @@ class AgenticRLModule(LightningModule):
         """Count the iteration's optimiser ``steps`` (a warning with ``no_step_reason`` when none),
         combine the metrics over ranks (``last_metrics``) and log them at the iteration."""
         metrics.update(self._count_update(steps, no_step_reason))
+        loss = self.update_algo.loss  # the clip bounds in force (algo.clip_control), then its controller's step
+        metrics.same("actor/clip_factor", self.clip_control.factor_at(self.iteration))
+        metrics.same("actor/clip_ratio_low", loss.clip_ratio_low)
+        metrics.same("actor/clip_ratio_high", loss.clip_ratio_high)
         self.last_metrics = self._reduce_metrics(metrics)
+        self.clip_control.observe(self.last_metrics)
         if self.last_metrics.get("adv/frac_zero", 0.0) >= 1.0:
             log.warning("iteration %d: every advantage is zero (each group's returns are equal), so the policy-gradient "
                         "term is zero; only the KL and entropy terms moved the policy", self.iteration)
@@ -462,10 +471,10 @@ class AgenticRLModule(LightningModule):
             rollout_log_prob=micro["rollout_log_probs"],
             entropy=entropy,
         )
-        loss, m = objective_lib.actor_loss(batch, self.algo, global_tokens, global_seqs)
+        loss, m = objective_lib.actor_loss(batch, self.update_algo, global_tokens, global_seqs)
         stats = diagnostics.is_stats(
             log_prob.detach(), old, micro["advantages"], micro["response_mask"],
-            self.algo.loss.clip_ratio_low, self.algo.loss.clip_ratio_high,
+            self.update_algo.loss.clip_ratio_low, self.update_algo.loss.clip_ratio_high,
         )
         m = {**m, **{f"is/{k}": v for k, v in stats.items()}}
         # pg/kl/entropy come as this micro-batch's share of the mini-batch value; rates
@@ -569,6 +578,7 @@ class AgenticRLModule(LightningModule):
             "updates_skipped": self.updates_skipped,
             "last_val": dict(self.last_val),
             "last_val_iteration": self.last_val_iteration,
+            "clip_control": self.clip_control.state_dict(),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -579,6 +589,7 @@ class AgenticRLModule(LightningModule):
         self.skipped_steps = state.get("skipped_steps", 0)
         self.optimizer_steps_total = state.get("optimizer_steps_total", 0)
         self.updates_skipped = state.get("updates_skipped", 0)
+        self.clip_control.load_state_dict(state.get("clip_control", {}))
         if state.get("last_val"):
             self.last_val = dict(state["last_val"])
             self.last_val_iteration = state.get("last_val_iteration")

@@ -84,6 +84,7 @@ def test_package_exports() -> None:
         "diagnostics",
         "objective",
         "schema",
+        "clip_control",
         "validate_algo_config",
         "algo_config",
         "AlgoConfig",
@@ -162,7 +163,8 @@ def test_presets_set_only_schema_keys(name: str) -> None:
 
 def _algo_callables():
     """Every function and dataclass of arl.algos that takes algo settings."""
-    for module in (advantages, filters, kl, policy_losses, algos.objective, algos.aggregation, algos.diagnostics):
+    for module in (advantages, filters, kl, policy_losses, algos.objective, algos.aggregation, algos.diagnostics,
+                   algos.clip_control):
         for value in vars(module).values():
             if (inspect.isfunction(value) or dataclasses.is_dataclass(value)) and value.__module__ == module.__name__:
                 yield f"{module.__name__}.{value.__name__}", value
