@@ -68,7 +68,7 @@ class Episode:
 
 def episode_record(episode: Episode) -> dict:
     """One played episode as a JSON-ready dict, to read turn by turn: the summary the reports pair
-    game by game (``seed``, ``task_type``, ``won``, ``return``, ``turns`` and ``valid_turns``
+    game by game (``seed``, ``env``, ``task_type``, ``won``, ``return``, ``turns`` and ``valid_turns``
     counts) and ``turn_log``, per turn the observation it answered, the policy's whole response,
     the action parsed from it, whether it was valid (and why not), the reward, whether the answer
     hit ``max_new_tokens`` and the GiGPO anchor key (as 16 hex digits: turns of one game with the
@@ -76,6 +76,7 @@ def episode_record(episode: Episode) -> dict:
     write it; ``src/view.py`` reads it."""
     return {
         "seed": episode.seed,
+        "env": episode.env_name,  # a mix's member name (env=mix), else the env's
         "task_type": episode.task_type,
         "won": bool(episode.won),
         "return": float(episode.ret),
