@@ -54,7 +54,7 @@ def test_a_batch_with_records_writes_them_turns_and_all():
                 Turn([1], [4], [-0.1], "??", "", False, "no action", 10.0, True, 3, truncated=True, observation="#_P")]
     record = episode_record(ep)
     assert record == {
-        "seed": 1000, "task_type": "sokoban", "won": True, "return": 9.9, "turns": 2, "valid_turns": 1, "episode_id": 5,
+        "seed": 1000, "env": "sokoban", "task_type": "sokoban", "won": True, "return": 9.9, "turns": 2, "valid_turns": 1, "episode_id": 5,
         "score": 1.0, "env_error": False,
         "turn_log": [
             {"observation": "#P#", "response": "<action>up</action>", "action": "up", "valid": True, "reason": "",
