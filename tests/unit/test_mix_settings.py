@@ -149,3 +149,18 @@ def test_the_curriculum_study_arms_validate_the_same_sets_at_equal_optimiser_ste
         assert cur.model.path == "Qwen/Qwen3-4B" and cur.rl.iterations == 200
     else:
         assert cur.model.name == "tiny" and cur.rollout.max_new_tokens == 32
+
+
+def test_eval_validates_a_mix_run_with_its_own_env_section(tmp_path):
+    """``src/eval.py`` on a mix run's checkpoint takes the run's mix section whole (the eval's own single-env keys
+    do not join it) and types it as a mix; a member's key given on the command line still wins."""
+    from arl.run.evaluation import with_run_config
+    from arl.run.settings import eval_settings
+
+    run_cfg = OmegaConf.to_container(compose(["env=mix", "debug=cpu_small"], output_dir=str(tmp_path / "r")), resolve=False)
+    evl = OmegaConf.to_container(compose(["ckpt_path=x"], config_name="eval.yaml", output_dir=str(tmp_path / "e")),
+                                 resolve=True)
+    out = with_run_config(evl, run_cfg, ["ckpt_path=x", "env.members.math_tool.max_turns=3"])
+    ev = eval_settings(out)
+    assert isinstance(ev.env, MixSettings) and list(ev.env.members) == ["sokoban", "math_tool"]
+    assert ev.env.members["math_tool"].max_turns == 3 and ev.env.sections()["sokoban"].kwargs["prompt_style"] == "compact"

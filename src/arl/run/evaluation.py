@@ -15,6 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from arl.agent.metrics import episode_metrics, member_means
+from arl.agent.mix import MIX_NAME
 from arl.agent.records import episode_record
 from arl.datamodules.batches import with_protocol_names
 from arl.datamodules.rollout_datamodule import validation_episodes, validation_protocol, validation_sets
@@ -99,6 +100,8 @@ def with_run_config(c: dict[str, Any], run_cfg: dict[str, Any], overrides: list[
     out = dict(c)
     for key in RUN_SECTIONS:
         added = {k: v for k, v in c[key].items() if k not in run_cfg[key] and not isinstance(v, Mapping)}
+        if key == "env" and run_cfg[key].get("name") == MIX_NAME:  # a mix's section has keys of its own
+            added = {}
         out[key] = {**added, **run_cfg[key]}
     out["rollout"] = {**c["rollout"], **{k: run_cfg["rollout"][k] for k in RUN_ROLLOUT_KEYS if k in run_cfg.get("rollout", {})}}
     mine = OmegaConf.create()
