@@ -100,6 +100,7 @@ def test_a_killed_curriculum_run_resumes_with_the_same_stages_and_batches(tmp_pa
     """Straight 4 iterations == killed in iteration 3 (after the validation-driven move at iteration 1, before the
     iteration-driven one at 3) and resumed: the same stages, rollouts and final weights."""
     import test_resume as tr
+
     from arl.run.pipeline import train
 
     straight_dir = tmp_path / "straight"

@@ -24,9 +24,10 @@ import numpy as np
 
 from arl.agent.loop import AgentLoop, RolloutStats, Task
 from arl.agent.records import Episode
+from arl.envs.registry import MIX_ENV
 from arl.rollout.engine import SamplingParams
 
-MIX_NAME = "mix"  # env.name of a mixture
+MIX_NAME = MIX_ENV  # env.name of a mixture
 DRAW_SALT = 0x6D6978  # "mix": the member draw's own stream of a task seed (no other draw of the seed uses it)
 
 

@@ -37,6 +37,8 @@ _GATEWAY_LOOPS: dict[str, str] = {
     VERIFIERS_ENV: "arl.agent.verifiers_loop:VerifiersLoop",
 }
 GATEWAY_ENVS = tuple(_GATEWAY_LOOPS)
+#: env.name of a mixture of the envs above, each task played in one member (env=mix, arl.agent.mix)
+MIX_ENV = "mix"
 
 # name -> (the packages an env needs, the extra that brings them): checked at start-up (arl.run.checks)
 _PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {

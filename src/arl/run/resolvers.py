@@ -11,16 +11,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from arl.agent.mix import MIX_NAME
-
 from arl.distributed.placement import run_stamp
+from arl.envs.registry import MIX_ENV
 from arl.utils.config import short_dirname
 
 
 def env_names(env: Mapping[str, Any]) -> list[str]:
     """The envs an ``env`` section plays: ``[env.name]``, or a mix's member envs (each once, in member order);
     the tiny model's tokenizer learns their text (``model.tiny.corpus_envs`` under ``debug=cpu_small``)."""
-    if env.get("name") != MIX_NAME:
+    if env.get("name") != MIX_ENV:
         return [env["name"]]
     return list(dict.fromkeys(m["name"] for m in (env.get("members") or {}).values()))
 

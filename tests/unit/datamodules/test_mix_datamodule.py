@@ -93,7 +93,7 @@ def test_the_curriculum_follows_the_modules_validations_and_is_logged():
     dm.use_curriculum(Curriculum(stages))
     module = _attach(dm, {"val/easy/success_rate": 0.9}, at=0)  # the start validation
     log = []
-    for it, (value, at) in enumerate([(0.9, 0), (0.9, 0), (0.9, 2), (0.9, 2), (0.9, 4)]):
+    for value, at in [(0.9, 0), (0.9, 0), (0.9, 2), (0.9, 2), (0.9, 4)]:
         module.last_val, module.last_val_iteration = {"val/easy/success_rate": value}, at
         m = dm.next_train_batch().metrics
         log.append((m["curriculum/stage"], m["curriculum/weight/easy"], m["rollout/easy/episodes"], m["rollout/hard/episodes"]))
