@@ -92,3 +92,15 @@ def test_expert_episodes_of_a_mix_follow_the_draw_with_each_members_expert(mix):
         assert e.turns and all(t.valid for t in e.turns)
         moves = {t.action in ("up", "down", "left", "right") for t in e.turns}
         assert moves == ({True} if e.env_name == "sokoban" else {False}), [t.action for t in e.turns]
+
+
+def test_members_must_share_one_sample_mode():
+    from types import SimpleNamespace
+
+    def loop(mode):
+        return SimpleNamespace(sample_mode=mode, engine=None, tokenizer=None, label="", pool=None, spec=None)
+
+    with pytest.raises(ValueError, match="share one sample mode"):
+        MixLoop([Member("a", loop("turn")), Member("b", loop("trajectory"))], {"a": 1.0})
+    with pytest.raises(ValueError, match="repeat"):
+        MixLoop([Member("a", loop("turn")), Member("a", loop("turn"))], {"a": 1.0})
