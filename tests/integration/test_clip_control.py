@@ -73,6 +73,14 @@ def test_the_scheduled_bounds_are_the_updates(algo, factor):
     assert m["actor/clip_factor"] == factor
     assert (m["actor/clip_ratio_low"], m["actor/clip_ratio_high"]) == pytest.approx(
         (loss["clip_ratio_low"] * factor, loss["clip_ratio_high"] * factor))
+    # the IS diagnostics count the tokens outside the bounds in force: as a fixed run with those bounds configured
+    fixed = sh.run_update(_cfg(algo, [f"algo.loss.clip_ratio_low={loss['clip_ratio_low'] * factor}",
+                                      f"algo.loss.clip_ratio_high={loss['clip_ratio_high'] * factor}"]),
+                          episodes, callbacks=[sh.SeedBeforeUpdate(PERM_SEED)])
+    diagnostics = {k: v for k, v in m.items() if k.startswith("is/tokens_")}
+    assert diagnostics == pytest.approx({k: fixed["metrics"][k] for k in diagnostics}, abs=1e-9)
+    unscaled = sh.run_update(_cfg(algo), episodes, callbacks=[sh.SeedBeforeUpdate(PERM_SEED)])["metrics"]
+    assert any(abs(unscaled[k] - v) > 1e-3 for k, v in diagnostics.items())  # the bounds move some token across
 
 
 class _NoClipControl:

@@ -71,6 +71,7 @@ def test_one_outlier_below_with_a_negative_advantage() -> None:
     loss, grad, m = gspo(log_prob, old, adv, mask, OUTLIER)
     torch.testing.assert_close(loss, torch.full((1, 200), 1.0 - 3e-3, dtype=F64))  # -A (1 - eps_low)
     assert bool((grad == 0).all()) and m["clipfrac"].item() == 1.0
+    assert m["seq_ratio_max_token_dev"].item() == pytest.approx(0.5)  # |log r| of the token below
 
 
 def test_outlier_weights_hand_and_their_gradient_form() -> None:
