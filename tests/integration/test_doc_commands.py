@@ -133,6 +133,7 @@ SKIPPED = (
     ("ENV=", "a calibration grid (run shortened by test_calibration_and_sokoban_study_run_shortened)"),
     ("ARCHIVE=", "a study script that also archives its runs (the scripts run shortened by their tests)"),
     ("ARM=", "a study script at the setting its calibration chose (the scripts run shortened by their tests)"),
+    ("STUDY=", "a study beyond the paper (run shortened by test_beyond_paper_studies_run_shortened)"),
     ("BC=", "a study script started from an earlier BC policy (the scripts run shortened by their tests)"),
     ("OUT=", "a study script writing to a folder of its own (the scripts run shortened by their tests)"),
     ("python src/report.py shopping", "needs a WebShop run (test_shopping_report.py runs it on WebShop episodes)"),
@@ -686,6 +687,35 @@ def test_staleness_study_runs_shortened(tmp_path):
                      "rl.max_staleness=4,algo.rollout_correction.enabled=True - rl.max_staleness=4,algo.rollout_correction.enabled=False"):
         assert f"`{contrast}` | 1 |" in report, report[:3000]
     assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
+
+
+@pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
+@pytest.mark.parametrize("study", ["adaptive_clip", "outlier_ratio", "curriculum"])
+def test_beyond_paper_studies_run_shortened(tmp_path, study):
+    """``scripts/beyond_paper_study.sh`` shortened, each study: its two arms on one seed, one iteration each, run
+    folders named by the arm, the report of the planned contrasts and the archive; the curriculum's start is cloned
+    on both Sokoban levels first and kept where the study's START says."""
+    out, archive, start = tmp_path / "logs", tmp_path / "archive", tmp_path / "start"
+    extra = "rollout.tasks_per_iteration=2 rollout.group_size=2 bc.episodes=24 bc.epochs=1 bc.bootstrap.enabled=false"
+    env = {**_env(tmp_path), "PY": PY, "STUDY": study, "OUT": str(out), "ARCHIVE": str(archive), "SEEDS": "1",
+           "ITERS": "1", "VAL_EVERY": "1", "VAL_EPISODES": "4", "EXTRA": extra}
+    if study == "curriculum":
+        env["START"] = str(start)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "beyond_paper_study.sh")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    arms = {"adaptive_clip": (["sampo_clip_adaptive_seed1", "sampo_clip_fixed_seed1"],
+                              "algo.clip_control.mode=adaptive - algo.clip_control.mode=fixed"),
+            "outlier_ratio": (["gspo_geometric_seed1", "gspo_outlier_weighted_seed1"],
+                              "algo.loss.seq_ratio=outlier_weighted - algo.loss.seq_ratio=geometric"),
+            "curriculum": (["sampo_curriculum_sokoban_control_seed1", "sampo_curriculum_sokoban_seed1"],
+                           "experiment=curriculum_sokoban - experiment=curriculum_sokoban_control")}
+    runs, contrast = arms[study]
+    assert sorted(p.name for p in (out / "rl").iterdir() if p.is_dir() and p.name != "report") == runs
+    assert f"`{contrast}` | 1 |" in (archive / "report.md").read_text()
+    assert sorted(p.name for p in (archive / "runs").iterdir()) == runs
+    if study == "curriculum":
+        assert (start / "model.safetensors").exists()
 
 
 @pytest.mark.slow  # the sokoban calibration test runs the same rl_study in the default suite
