@@ -8,6 +8,7 @@
     python src/report.py findings --check          # exit 1 naming every number a page has that the archives do not give
                                                    # (and every number of a checked page's prose that is not generated or marked recorded)
     python src/report.py <folder> --plan docs/results/<study>/plan.yaml   # ... and every departure from the study's plan
+    python src/report.py <folder> --contrast "A - B" --measure final@sokoban_7x7   # a mix member's final success only
     python src/report.py calibration <folder>      # a calibration grid's table (scripts/calibrate.sh), best setting named
     python src/report.py errors <run> [<run> ...]  # what follows the first invalid action (episodes with turns)
     python src/report.py shopping <run> [<run> ...]  # where WebShop episodes break: query, click, purchase
@@ -137,15 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("multirun", type=Path, help="a multirun folder (one subfolder per run); `findings`: see above")
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun>/report)")
     ap.add_argument("--contrast", action="append", default=None, metavar="SPEC",
-                    help='a paired comparison over seeds (one table per measure of arl.analysis.tables.MEASURES), '
+                    help='a paired comparison over seeds (one table per measure: --measure), '
                          '"A - B" or "A - B - C + D" with settings named as in the report (repeatable; default: '
                          'every setting against algo=grpo)')
+    ap.add_argument("--measure", action="append", default=None, metavar="MEASURE",
+                    help="a measure the paired comparisons are made on (repeatable; default: every overall measure "
+                         "the runs logged and, for a mix, each member's final success and gain): final, gain, "
+                         "training, training-valid, or one member's <kind>@<member> (final@sokoban_7x7, "
+                         "gain@sokoban_7x7, training@..., training-valid@...), as findings.yaml spells them")
     ap.add_argument("--plan", type=Path, default=None,
                     help="the study's plan file (arl.analysis.study_plan): the report prints every departure from it")
     args = ap.parse_args(argv)
     try:
         plan = load_plan(args.plan) if args.plan else None
-        path = write_report(args.multirun, args.out, contrasts=args.contrast, plan=plan)
+        path = write_report(args.multirun, args.out, contrasts=args.contrast, plan=plan, measures=args.measure)
     except (FileNotFoundError, ValueError) as err:
         print(f"report: {err}", file=sys.stderr)
         return 2

@@ -21,7 +21,7 @@ from arl.analysis.findings import Spec, _recorded_row, _shared_names, _table
 from arl.analysis.games import games_by_setting
 from arl.analysis.runs import Run, kl_tag, seed_of, settings
 from arl.analysis.stats import _seed_key, mean_ci, parse_contrast
-from arl.analysis.study import MEASURE_KINDS, Study
+from arl.analysis.study import MEASURE_KINDS, Study, measure_kind
 from arl.analysis.tables import collapse_cell, format_mean_ci, type_cells
 
 # --------------------------------------------------------------------------- per-study blocks
@@ -35,7 +35,8 @@ def setup_block(study: Study) -> str:
     text = (f"{len(study.runs)} runs: {len(groups)} settings ({names}) x seeds {f['seeds']}; each "
             f"{f['iterations']} iterations of {f['groups']} groups x {f['group_size']} episodes at {f['T']} from the "
             f"BC start `{f['start']}`, lr {f['lr']}, {study.steps_text()}; {f['task']}; "
-            f"validation every {f['val_every']} iterations on {f['val_episodes']} {f['held_out']} at {f['VT']}.")
+            + (f"{study.schedule()}; " if study.members else "")
+            + f"validation every {f['val_every']} iterations on {f['val_episodes']} {f['held_out']} at {f['VT']}.")
     return text + "\n\n" + settings_table(study)
 
 
@@ -75,7 +76,7 @@ def settings_table(study: Study) -> str:
 def contrasts_block(study: Study, seeds: set[str] | None = None) -> str:
     """The study's planned contrasts on each of its measures (over ``seeds``; all when None); a cell
     whose contrast is not in that measure's family (:meth:`Study.family_for`) shows ``-``."""
-    head = ["contrast", *(MEASURE_KINDS[m].short.format(**study.facts) for m in study.measures)]
+    head = ["contrast", *(measure_kind(m).short.format(**study.facts) for m in study.measures)]
     rows = []
     for spec_ in study.family:
         cells = [study.contrast_name(spec_)]
@@ -91,9 +92,9 @@ def contrasts_block(study: Study, seeds: set[str] | None = None) -> str:
     sizes = {len(study.family_for(m)) for m in study.measures}
     if study.holm_measures:
         own = [m for m in study.measures if m not in study.holm_measures]
-        cols = " and ".join(MEASURE_KINDS[m].short.split(" (")[0] for m in study.holm_measures)
+        cols = " and ".join(measure_kind(m).short.split(" (")[0] for m in study.holm_measures)
         family = (", ".join(f"the {plural(len(study.family_for(m)), 'contrast')} of the "
-                            f"{MEASURE_KINDS[m].short.split(' (')[0]} column" for m in own) +
+                            f"{measure_kind(m).short.split(' (')[0]} column" for m in own) +
                   f"{'; ' if own else ''}the {cols} columns together, {study.family_label(study.holm_measures[0])}")
     else:
         family = (plural(len(study.family), "contrast") if sizes == {len(study.family)} else "contrasts ("
@@ -255,7 +256,7 @@ def games_block(study: Study) -> str:
     if not rows:
         return ("No game-by-game test: the archive holds no per-game episodes (`val_episodes/iter<k>.jsonl`) of "
                 "the start and a later validation.")
-    noun = f["held_out"].removeprefix("held-out ")
+    noun = f.get("unit") or f["held_out"].removeprefix("held-out ")  # a mix's: its members' (levels)
     head = ["setting", "seeds", f"{noun} x seeds", "won at start", "won last", "gained", "lost", f"{noun} up / down",
             "sign test p"]
     body = [[study.name(name), str(g.seeds), str(g.pairs), f"{g.won_start} ({g.won_start / g.pairs:.3f})",

@@ -29,7 +29,7 @@ import yaml
 from arl.analysis.contrasts import Contrast, collapse_tests, fmt_p, paired_p, ratio_values, threshold_window, verdict
 from arl.analysis.runs import read_config, read_overrides
 from arl.analysis.stats import mean_ci, parse_contrast
-from arl.analysis.study import MEASURE_KINDS, Measure, Study
+from arl.analysis.study import MEASURE_KINDS, Measure, Study, measure_kind
 
 # --------------------------------------------------------------------------- the spec
 
@@ -99,8 +99,10 @@ def load_spec(path: Path) -> Spec:
             if key not in f:
                 raise ValueError(f"{path}: finding {f.get('id', '?')!r} lacks {key!r}")
         for m in f.get("measures", []):
-            if m not in MEASURE_KINDS:
-                raise ValueError(f"{path}: finding {f['id']!r}: no measure {m!r}; measures: {', '.join(MEASURE_KINDS)}")
+            try:
+                measure_kind(m)
+            except ValueError as err:
+                raise ValueError(f"{path}: finding {f['id']!r}: {err}") from None
     return spec
 
 
@@ -210,7 +212,13 @@ def _label(measure: Measure, studies: list[Study]) -> str:
 
 
 def _scale(studies: list[Study]) -> str:
-    return "at " + " and ".join(s.short for s in studies) + " scale"
+    """``"at Stage 1 scale"``; a study of a mix also names its members and how each setting weighed them
+    (:meth:`Study.schedule`): ``"at Curriculum scale (a mix of Sokoban 6x6 with 1 box and 7x7 with 2 boxes,
+    10 turns each; the members' weights: ...)"``."""
+    if not any(s.members for s in studies):
+        return "at " + " and ".join(s.short for s in studies) + " scale"
+    return "at " + " and ".join(f"{s.short} scale" + (f" ({s.facts['task_scale']}; {s.schedule()})" if s.members else "")
+                                for s in studies)
 
 
 def where(study: Study) -> str:
@@ -236,8 +244,9 @@ def _short_env(task_scale: str) -> str:
 
 
 def env_name(study: Study) -> str:
-    """The study's environment, short, for README's headline table (:func:`_short_env` of its scale)."""
-    return _short_env(study.facts["task_scale"])
+    """The study's environment, short, for README's headline table (:func:`_short_env` of its scale; a mix's
+    members without their turns)."""
+    return study.facts.get("env_short") or _short_env(study.facts["task_scale"])
 
 
 def episodes_note(study: Study, a: str, b: str, prefix: bool = False) -> str:
@@ -254,7 +263,7 @@ def _head(measure: str, label: str, ours: bool) -> str:
     the paper's metric: ``"final success (the paper's metric)"``, ``"training success (ours, not the
     paper's metric)"``."""
     head = label.split(" (")[0]
-    paper = MEASURE_KINDS[measure].paper
+    paper = measure_kind(measure).paper
     if ours or paper is None:
         return head
     return f"{head} ({'the paper' if paper else 'ours, not the paper'}'s metric)"
@@ -308,18 +317,18 @@ def finding_row(spec: Spec, f: dict) -> Row:
     for m in f["measures"]:
         # a setting's own value is a finding only where it means something against 0 (a gain), as in
         # the contrasts block (Study.family_for)
-        kept = [(s, c) for s, c in items if len(parse_contrast(c)) > 1 or MEASURE_KINDS[m].against_zero]
+        kept = [(s, c) for s, c in items if len(parse_contrast(c)) > 1 or measure_kind(m).against_zero]
         if not kept:
             continue
         contrasts = [s.contrast(c, m) for s, c in kept]
-        label = _label(MEASURE_KINDS[m], studies)
+        label = _label(measure_kind(m), studies)
         names = [f"{c.study.short} {c.name}" if multi else c.name for c in contrasts]
         ours = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f} ({c.above}/{len(c.values)} above 0)"
                                          for n, c in zip(names, contrasts))
         ours_short = f"{label}: " + ", ".join(f"{n} {c.mean:+.3f}" for n, c in zip(names, contrasts))
-        if MEASURE_KINDS[m].against_zero:  # a gain: beside it, the start's spread over the sampling seeds
-            ours += _start_note(studies, measure=MEASURE_KINDS[m])
-            ours_short += _start_note(studies, short=True, measure=MEASURE_KINDS[m])
+        if measure_kind(m).against_zero:  # a gain: beside it, the start's spread over the sampling seeds
+            ours += _start_note(studies, measure=measure_kind(m))
+            ours_short += _start_note(studies, short=True, measure=measure_kind(m))
         lo_hi, holms, interval = _interval_cell(contrasts)
         words = [_verdict_words(spec, f, m, c) for c in contrasts]
         head = _head(m, label, bool(f.get("ours")))
@@ -417,7 +426,7 @@ def _ratio_row(spec: Spec, f: dict, alpha: float) -> Row:
     study = spec.study(f["study"])
     out = []
     for m in f["measures"]:
-        measure = MEASURE_KINDS[m]
+        measure = measure_kind(m)
         for c in f["contrasts"]:
             num, den = [x.strip() for x in c.split(" / ")]
             values = list(ratio_values(study, num, den, m).values())
@@ -463,7 +472,7 @@ def findings_block(spec: Spec) -> str:
                    [spec.study(f["study"])] if kind == "ratio" else [])
         for s in studies:
             used.setdefault(s.key, []).extend(f["measures"])
-    measures = [f"- {spec.studies[k].short}: " + "; ".join(spec.studies[k].fill(MEASURE_KINDS[m].describe)
+    measures = [f"- {spec.studies[k].short}: " + "; ".join(spec.studies[k].fill(measure_kind(m).describe)
                                                           for m in dict.fromkeys(ms)) + "."
                 for k, ms in used.items()]
     scales = (f"Scales: the paper's, {spec.data['paper_scale']}; " if spec.data.get("paper_scale") else "Scales: ") + \
@@ -520,7 +529,8 @@ def headline_block(spec: Spec) -> str:
     studies = list(spec.studies.values())
     params = sorted({s.parameters for s in studies if s.parameters})
     steps = [v for s in studies for v in s.optimizer_steps().values() if v is not None]
-    envs = list(dict.fromkeys(s.facts["task_scale"].split(" (")[0].split(" with")[0].split(" ")[0] for s in studies))
+    envs = list(dict.fromkeys(word for s in studies for word in (s.facts["env_words"].split(", ") if "env_words" in s.facts
+                                                                 else [s.facts["task_scale"].split(" (")[0].split(" with")[0].split(" ")[0]])))
     span = (lambda lo, hi: f"{lo}" if lo == hi else f"{lo}-{hi}")
     models = sorted({s.facts["model"] for s in studies})
     its = [int(v) for s in studies for v in s.facts["iterations"].split(" / ") if v.isdigit()]

@@ -10,6 +10,10 @@ replicates of one unit, not independent pairs: the test over seeds pooled takes 
 unit (:func:`game_net`: the seeds that won it last minus those that won it at the start) and asks,
 with the exact sign test, whether more games went up than down. McNemar's exact test on discordant
 pairs is kept for one validation against another (one seed: each game once).
+
+A game is its task seed; in a mix (``env=mix``), whose members validate on their own games under the same
+seeds, it is ``(member, task seed)`` (the records' ``env``: :func:`arl.analysis.runs.games_of`), so two
+members' games of one seed are never paired.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arl.analysis.runs import Run, read_episodes, settings
+from arl.analysis.runs import GameKey, Run, episode_rows, games_of, settings, several_envs
 from arl.analysis.stats import mcnemar_exact
 from arl.analysis.tables import format_mean_ci
 
@@ -33,9 +37,10 @@ def paired_games(run: Run) -> tuple[int, int, int, int, int] | None:
     return game_pairs(run.games[0], run.games[max(run.games)])
 
 
-def game_pairs(before: dict[int, bool], after: dict[int, bool]) -> tuple[int, int, int, int, int] | None:
-    """(games, won before, won after, gained, lost) over the task seeds both ``{seed: won}`` maps
-    hold: ``gained`` lost before and won after, ``lost`` the reverse. None when they share none."""
+def game_pairs(before: dict[GameKey, bool], after: dict[GameKey, bool]) -> tuple[int, int, int, int, int] | None:
+    """(games, won before, won after, gained, lost) over the games both ``{game: won}`` maps hold (a game:
+    its task seed, or a mix's ``(member, task seed)``): ``gained`` lost before and won after, ``lost`` the
+    reverse. None when they share none."""
     seeds = sorted(set(before) & set(after))
     if not seeds:
         return None
@@ -59,10 +64,10 @@ class GameCounts:
     p: float  # the exact sign test on ``up`` against ``down``: each game one unit
 
 
-def game_net(runs: Iterable[Run]) -> dict[int, int]:
-    """Task seed -> the runs that won that game at their last validation minus those that won it at
+def game_net(runs: Iterable[Run]) -> dict[GameKey, int]:
+    """Game (task seed; a mix's (member, task seed)) -> the runs that won that game at their last validation minus those that won it at
     their start (iteration 0), over the runs holding both validations' episodes and the game."""
-    net: dict[int, int] = defaultdict(int)
+    net: dict[GameKey, int] = defaultdict(int)
     for run in runs:
         if 0 not in run.games or len(run.games) < 2:
             continue
@@ -114,11 +119,14 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
     seeds replay the same games), and success per task type pooled over the pairs."""
     lines = ["| before | after | games | won before | won after | gained | lost | McNemar p | gain |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    gains, gained_all, lost_all = [], 0, 0
+    gains, gained_all, lost_all, mix = [], 0, 0, False
     by_type: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # won before, won after, games
-    net: dict[int, int] = defaultdict(int)  # task seed -> pairs that won it after minus before
+    net: dict[GameKey, int] = defaultdict(int)  # game -> pairs that won it after minus before
     for before_path, after_path in pairs:
-        before, after = read_episodes(before_path), read_episodes(after_path)
+        rows_before, rows_after = episode_rows(before_path), episode_rows(after_path)
+        by_env = several_envs(rows_before, rows_after)
+        before, after = games_of(rows_before, by_env), games_of(rows_after, by_env)
+        mix = mix or by_env
         counts = game_pairs({s: w for s, (_, w) in before.items()}, {s: w for s, (_, w) in after.items()})
         if counts is None:
             raise ValueError(f"{before_path} and {after_path} share no held-out game (task seed)")
@@ -128,7 +136,8 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
         gained_all, lost_all = gained_all + gained, lost_all + lost
         for s in set(before) & set(after):
             net[s] += int(after[s][1]) - int(before[s][1])
-            per_type = by_type[before[s][0]]
+            kind = before[s][0]  # the task type; a mix's member, with its task type where it has one
+            per_type = by_type[(f"{s[0]} ({kind})" if kind else s[0]) if isinstance(s, tuple) else kind]
             per_type[0] += before[s][1]
             per_type[1] += after[s][1]
             per_type[2] += 1
@@ -142,7 +151,7 @@ def compare_table(pairs: list[tuple[Path, Path]]) -> str:
             f"{down} down, sign test p {mcnemar_exact(up, down):.3g}.")]
     types = [t for t in sorted(by_type) if t]
     if len(types) > 1:
-        out += ["", "| task type | games | before | after |", "|---|---:|---:|---:|"]
+        out += ["", f"| {'member (task type)' if mix else 'task type'} | games | before | after |", "|---|---:|---:|---:|"]
         out += [f"| {t} | {by_type[t][2]} | {by_type[t][0] / by_type[t][2]:.3f} | {by_type[t][1] / by_type[t][2]:.3f} |"
                 for t in types]
     return "\n".join(out)

@@ -26,6 +26,9 @@ from arl.analysis.stats import parse_contrast
 from arl.utils.episode_files import iteration_of
 
 Series = list[tuple[int, float]]  # (step, value), sorted by step, one value per step
+# a held-out game: its task seed, or (member, task seed) for a mix's (env=mix: every member validates on its own
+# games under the same seeds, 2**30 + i), :func:`read_games`
+GameKey = int | tuple[str, int]
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Run:
     bc_only: bool = False  # a behaviour-cloning run (bc_results.json, no RL curves)
     val_episodes: int | None = None  # rollout.val_episodes of the run's config
     best_checkpoint: str | None = None  # checkpoints/best-iter<k>.ckpt (the iteration of the best validation)
-    games: dict[int, dict[int, bool]] = field(default_factory=dict)  # iteration -> task seed -> won (val_episodes/)
+    games: dict[int, dict[GameKey, bool]] = field(default_factory=dict)  # iteration -> game -> won (val_episodes/)
 
     @property
     def label(self) -> str:
@@ -97,6 +100,12 @@ class Run:
     def task_types(self) -> list[str]:
         prefix = "val/success_rate/"
         return sorted(t[len(prefix):] for t in self.scalars if t.startswith(prefix))
+
+    def members(self) -> list[str]:
+        """The members of a mix (``env=mix``) whose validation the run logged (``val/<member>/success_rate``),
+        sorted; ``[]`` for a run of one env."""
+        return sorted(parts[1] for t in self.scalars if len(parts := t.split("/")) == 3
+                      and parts[0] == "val" and parts[2] == "success_rate")
 
 
 # overrides that are paths or Hydra settings: they never name a run (configs/hydra/default.yaml)
@@ -240,28 +249,50 @@ def best_checkpoint(run_dir: Path) -> str | None:
     return record.read_text().strip() or None if record.exists() else None
 
 
-def read_games(run_dir: Path) -> dict[int, dict[int, bool]]:
-    """``{iteration: {task seed: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes)."""
-    out = {}
+def read_games(run_dir: Path) -> dict[int, dict[GameKey, bool]]:
+    """``{iteration: {game: won}}`` of the run's ``val_episodes/iter<k>.jsonl`` (arl.callbacks.ValidationEpisodes).
+    A game is its task seed, or ``(member, task seed)`` when the run's records name several envs (a mix, whose
+    members validate under the same seeds: :func:`games_of`); one key for every file of the run."""
+    rows = {}
     for path in (run_dir / "val_episodes").glob("iter*.jsonl"):
         k = iteration_of(path)
         if k is not None:
-            out[k] = {seed: won for seed, (_, won) in read_episodes(path).items()}
-    return dict(sorted(out.items()))
+            rows[k] = episode_rows(path)
+    by_env = several_envs(*rows.values())
+    return {k: {key: won for key, (_, won) in games_of(r, by_env).items()} for k, r in sorted(rows.items())}
 
 
-def read_episodes(path: Path) -> dict[int, tuple[str, bool]]:
-    """``{task seed: (task type, won)}`` of one validation's episodes: an episodes file (a run's
-    ``val_episodes/iter<k>.jsonl``, or ``val_episodes.jsonl`` of ``src/eval.py``), or a folder
-    holding ``val_episodes.jsonl`` (an eval run)."""
+def episode_rows(path: Path) -> list[dict]:
+    """The records of one validation's episodes that name a task and played it (no ``env_error``): an
+    episodes file (a run's ``val_episodes/iter<k>.jsonl``, or ``val_episodes.jsonl`` of ``src/eval.py``), or
+    a folder holding ``val_episodes.jsonl`` (an eval run)."""
     path = Path(path)
     if path.is_dir():
         path = path / "val_episodes.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no episodes file (src/eval.py writes <run>/val_episodes.jsonl)")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {int(r["seed"]): (str(r.get("task_type") or ""), bool(r["won"])) for r in rows
-            if r.get("seed") is not None and not r.get("env_error")}
+    return [r for r in rows if r.get("seed") is not None and not r.get("env_error")]
+
+
+def several_envs(*row_lists: list[dict]) -> bool:
+    """Whether the records name more than one env (``env``: a mix's member; records written before they
+    named it count as none), so that a game must be keyed by its member as well as its seed."""
+    return len({r["env"] for rows in row_lists for r in rows if r.get("env")}) > 1
+
+
+def games_of(rows: list[dict], by_env: bool) -> dict[GameKey, tuple[str, bool]]:
+    """``{game: (task type, won)}`` of episode records: a game is its task seed, or with ``by_env``
+    ``(member, task seed)``, so that two members' games of one seed never pair up."""
+    return {((str(r.get("env") or ""), int(r["seed"])) if by_env else int(r["seed"])):
+            (str(r.get("task_type") or ""), bool(r["won"])) for r in rows}
+
+
+def read_episodes(path: Path) -> dict[GameKey, tuple[str, bool]]:
+    """``{game: (task type, won)}`` of one validation's episodes (:func:`episode_rows`): the game its task
+    seed, or ``(member, task seed)`` where the records name several envs (a mix: :func:`games_of`)."""
+    rows = episode_rows(path)
+    return games_of(rows, several_envs(rows))
 
 
 def read_config(run_dir: Path) -> dict:

@@ -3,9 +3,10 @@
 A :class:`Study` (one entry of ``studies:`` in ``docs/results/findings.yaml``) reads its archive's
 runs (:func:`arl.analysis.runs.find_runs`) and their saved configs, says what the configs hold
 (:attr:`Study.facts`: temperatures, sizes, seeds, the start, and the env's description from
-:data:`ENV_KINDS`), gives a measure of :data:`MEASURE_KINDS` per setting and seed and a planned
-contrast with its Holm p over the study's family (:meth:`Study.contrast`), and what the archive
-holds and lacks (:attr:`Study.completeness`).
+:data:`ENV_KINDS`; a mix's members and how each setting weighed them, :meth:`Study.schedule`), gives a
+measure of :data:`MEASURE_KINDS` (or on one member of a mix, ``final@sokoban_7x7``: :func:`measure_kind`)
+per setting and seed and a planned contrast with its Holm p over the study's family
+(:meth:`Study.contrast`), and what the archive holds and lacks (:attr:`Study.completeness`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 from arl.analysis.contrasts import Contrast, holm, paired_p, plural
 from arl.analysis.runs import Run, event_files, find_runs, read_config, scalar_tags, seed_of, values_by_setting
 from arl.analysis.stats import _seed_key, contrast_values, parse_contrast
-from arl.analysis.tables import MEASURES
+from arl.analysis.tables import MEASURES, MEMBER_MEASURES, member_tag
+from arl.envs.registry import MIX_ENV
 from arl.utils.config import lookup
 
 # --------------------------------------------------------------------------- measures
@@ -93,6 +95,57 @@ MEASURE_KINDS: dict[str, Measure] = {
 }
 
 
+def _member_measures(member: str) -> dict[str, Measure]:
+    """The measures on one member of a mix (``<kind>@<member>``): the overall kind's, on the member's own
+    scalars (``val/<member>/success_rate``, ``rollout/<member>/success_rate``, ...) and held-out games. A mix
+    is no setting of the paper's, so none is the paper's metric."""
+    val = member_tag(member)
+    score = member_tag(member, "score")
+    on = f" on {member}"
+    games = f"{{val_episodes/{member}}} {{held_out/{member}}}"  # Study.facts of a mix: the member's own
+    return {
+        "final": Measure(f"final success{on} (T {{val_T}})", MEMBER_MEASURES["final"][1](member),
+                         f"final validation success{on} ({{member/{member}}}): `{val}` at iteration {{iterations}}, "
+                         f"{games} sampled at {{VT}}"),
+        "gain": Measure(f"gain over the start{on} (T {{val_T}})", MEMBER_MEASURES["gain"][1](member),
+                        f"gain over the start{on}: `{val}` at iteration {{iterations}} minus at iteration 0 (the start "
+                        f"policy), the same {games} sampled at {{VT}}", against_zero=True, start_tag=val),
+        "score-gain": Measure(f"score gain over the start{on} (T {{val_T}})", _scaled(score, Run.gain, SCORE_SCALE),
+                              f"score gain over the start{on}: `{score}` / 100 at iteration {{iterations}} minus at "
+                              f"iteration 0, the same {games} sampled at {{VT}}", against_zero=True, start_tag=score,
+                              start_scale=SCORE_SCALE),
+        "training": Measure(f"training success{on} ({{T}})", MEMBER_MEASURES["training"][1](member),
+                            f"training success{on}: `{member_tag(member, stage='rollout')}` at {{T}}, mean over the "
+                            "iterations that played it"),
+        "training-valid": Measure(f"training valid-action ratio{on} ({{T}})", MEMBER_MEASURES["training-valid"][1](member),
+                                  f"training valid-action ratio{on}: "
+                                  f"`{member_tag(member, 'valid_action_ratio', stage='rollout')}` at {{T}}, mean over "
+                                  "the iterations that played it"),
+    }
+
+
+#: the kinds of :data:`MEASURE_KINDS` that have a measure on one member of a mix, ``<kind>@<member>``
+MEMBER_KINDS = tuple(_member_measures("m"))
+
+
+def measure_kind(name: str) -> Measure:
+    """The measure a spec names: a key of :data:`MEASURE_KINDS` (``final``), or ``<kind>@<member>`` for one
+    member of a mix (``final@sokoban_7x7``: its final validation success, ``val/sokoban_7x7/success_rate``;
+    kinds :data:`MEMBER_KINDS`). ValueError for any other."""
+    if name in MEASURE_KINDS:
+        return MEASURE_KINDS[name]
+    kind, at, member = name.partition("@")
+    if at and kind in MEMBER_KINDS and member and "/" not in member:
+        return _member_measures(member)[kind]
+    raise ValueError(f"no measure {name!r}; measures: {', '.join(MEASURE_KINDS)}, and on one member of a mix "
+                     f"{', '.join(k + '@<member>' for k in MEMBER_KINDS)}")
+
+
+def measure_member(name: str) -> str | None:
+    """The member a measure's name picks (``final@sokoban_7x7``: ``sokoban_7x7``); None for an overall measure."""
+    return name.partition("@")[2] or None
+
+
 # --------------------------------------------------------------------------- studies and archives
 
 
@@ -127,6 +180,16 @@ class Study:
     @cached_property
     def _configs(self) -> dict[str, dict]:
         return {r.name: read_config(self.archive / r.name) for r in self.runs}
+
+    @cached_property
+    def members(self) -> list[str]:
+        """The members of the runs' mix (``env=mix``): the ``env.members`` of their configs, else the members
+        they validated (``val/<member>/success_rate``), in order; ``[]`` for runs of one env."""
+        out: dict[str, None] = {}
+        for r in self.runs:
+            for m in (lookup(self.config(r), "env.members") or {}) or r.members():
+                out.setdefault(str(m))
+        return list(out)
 
     def select(self, seeds: set[str] | None = None) -> list[Run]:
         return [r for r in self.runs if seeds is None or seed_of(r) in seeds]
@@ -185,8 +248,8 @@ class Study:
         return "; ".join(self.scale_parts().values())
 
     def scale_parts(self) -> dict[str, str]:
-        """The parts of :attr:`scale`: ``model``, ``task``, ``steps``, ``episodes``, ``validation``,
-        ``seeds``, ``start``, ``below``."""
+        """The parts of :attr:`scale`: ``model``, ``task``, (for a mix) ``training``, ``steps``, ``episodes``,
+        ``validation``, ``seeds``, ``start``, ``below``."""
         f = self.facts
         seeds = plural(f["n_seeds"], "paired seed") if f["n_seeds"] != "1" else "1 seed"
         params = self.parameters
@@ -195,6 +258,7 @@ class Study:
         return {
             "model": f"{f['model']} model" + (f" ({params / 1e6:.2f}M parameters)" if params else ""),
             "task": f["task_scale"],
+            **({"training": self.schedule()} if self.members else {}),
             "steps": f"{f['iterations']} iterations at lr {f['lr']}, {self.steps_text()}",
             "episodes": "training episodes a run: " + self._episodes(),
             "validation": f"validation: {f['val_episodes']} {f['held_out']} at {f['VT']}",
@@ -202,6 +266,19 @@ class Study:
             "start": f"the start policy scored {_span([lo, hi], '.3f')} at iteration 0 over these sampling seeds",
             "below": f"{below} of {plural(n, 'run')} ended below their start",
         }
+
+    def schedule(self) -> str:
+        """How each setting's runs weighed a mix's members (:func:`schedule_text` of their configs), settings
+        with the same schedule named together: ``"the members' weights: curriculum: a curriculum of 2 stages,
+        ...; 7x7 only: fixed, sokoban_7x7 only"``; the schedule alone when every run shares it."""
+        by_text: dict[str, list[str]] = {}
+        for r in self.runs:
+            names = by_text.setdefault(schedule_text(self.config(r).get("env") or {}) or "not recorded", [])
+            if self.name(r.group) not in names:
+                names.append(self.name(r.group))
+        if len(by_text) == 1:
+            return f"the members' weights: {next(iter(by_text))}"
+        return "the members' weights: " + "; ".join(f"{', '.join(names)}: {t}" for t, names in by_text.items())
 
     def steps_text(self) -> str:
         """``"60 optimiser steps a run (`rl.mini_batches` 2 a rollout)"``, ``"28-34 optimiser steps a run
@@ -276,7 +353,11 @@ class Study:
         """Setting -> {seed: the measure} over the runs of ``seeds`` (all when None)."""
         key = (measure, frozenset(seeds) if seeds is not None else None)
         if key not in self._values:
-            self._values[key] = values_by_setting(self.select(seeds), MEASURE_KINDS[measure].value)
+            member = measure_member(measure)
+            if member is not None and member not in self.members:
+                raise ValueError(f"study {self.key!r}: measure {measure!r} is on a member its runs do not have; "
+                                 + (f"members: {', '.join(self.members)}" if self.members else "its runs are no mix"))
+            self._values[key] = values_by_setting(self.select(seeds), measure_kind(measure).value)
         return self._values[key]
 
     @cached_property
@@ -286,7 +367,7 @@ class Study:
     def family_for(self, measure: str) -> list[str]:
         """The planned contrasts that apply to ``measure``: all of them, except that a contrast of one
         setting belongs only to a measure whose value means something against 0 (a gain)."""
-        return [c for c in self.family if len(parse_contrast(c)) > 1 or MEASURE_KINDS[measure].against_zero]
+        return [c for c in self.family if len(parse_contrast(c)) > 1 or measure_kind(measure).against_zero]
 
     @property
     def holm_measures(self) -> list[str]:
@@ -306,7 +387,7 @@ class Study:
         tests = self.tests_for(measure)
         if len({m for _, m in tests}) == 1:
             return plural(len(tests), "contrast")
-        names = " and ".join(MEASURE_KINDS[m].short.split(" (")[0] for m in dict.fromkeys(m for _, m in tests))
+        names = " and ".join(measure_kind(m).short.split(" (")[0] for m in dict.fromkeys(m for _, m in tests))
         contrasts = ", ".join(self.contrast_name(c) for c in dict.fromkeys(c for c, _ in tests))
         return f"{plural(len(tests), 'test')} ({contrasts} on {names})"
 
@@ -338,7 +419,9 @@ class Study:
 
 # --------------------------------------------------------------------------- envs
 # Each env kind describes a study's task from its runs' configs: ``task`` (the setup block's words),
-# ``task_scale`` (the scale line's) and ``held_out`` (what a validation plays).
+# ``task_scale`` (the scale line's) and ``held_out`` (what a validation plays); and, for a mix's members,
+# ``what`` (the env without its turns: ``Sokoban 6x6 with 1 box``) and ``turns``. ``at`` is the env section
+# read: ``env``, or a mix member's ``env.members.<member>``.
 
 
 def _listed(values: list, every: str) -> str:
@@ -348,43 +431,45 @@ def _listed(values: list, every: str) -> str:
                       for v in values)
 
 
-def _sokoban(study: Study) -> dict[str, str]:
+def _sokoban(study: Study, at: str = "env") -> dict[str, str]:
     """Sokoban: the room, the boxes and the turns; validation on held-out levels."""
     g = study._shared
-    room = g("env.kwargs.dim_room").strip("[]").replace(", ", "x")
-    boxes, turns = plural(g("env.kwargs.num_boxes"), "box"), g("env.max_turns")
-    return {"room": room, "boxes": g("env.kwargs.num_boxes"), "task": f"Sokoban {room}, {boxes}, {turns} turns",
-            "task_scale": f"Sokoban {room} with {boxes} and {turns} turns", "held_out": "held-out levels"}
+    room = g(f"{at}.kwargs.dim_room").strip("[]").replace(", ", "x")
+    boxes, turns = plural(g(f"{at}.kwargs.num_boxes"), "box"), g(f"{at}.max_turns")
+    return {"room": room, "boxes": g(f"{at}.kwargs.num_boxes"), "task": f"Sokoban {room}, {boxes}, {turns} turns",
+            "task_scale": f"Sokoban {room} with {boxes} and {turns} turns", "held_out": "held-out levels",
+            "what": f"Sokoban {room} with {boxes}", "turns": turns}
 
 
-def _math_tool(study: Study) -> dict[str, str]:
+def _math_tool(study: Study, at: str = "env") -> dict[str, str]:
     """math_tool: the generated problems' templates (``env.kwargs.templates``, null: every one) or
     the dataset's file (``env.kwargs.data_path``), and the turns; validation on held-out problems."""
-    templates, data = study.config_values("env.kwargs.templates"), study._shared("env.kwargs.data_path")
+    templates, data = study.config_values(f"{at}.kwargs.templates"), study._shared(f"{at}.kwargs.data_path")
     if data != "None":
         what = f"problems of `{Path(data).name}`"
     elif templates == [None]:
         what = "generated problems of every template"
     else:
         what = f"generated problems of templates {_listed(templates, 'every template')}"
-    turns = study._shared("env.max_turns")
+    turns = study._shared(f"{at}.max_turns")
     return {"task": f"math_tool, {what}, {turns} turns", "task_scale": f"math_tool ({what}) with {turns} turns",
-            "held_out": "held-out problems"}
+            "held_out": "held-out problems", "what": f"math_tool ({what})", "turns": turns}
 
 
-def _alfworld(study: Study) -> dict[str, str]:
+def _alfworld(study: Study, at: str = "env") -> dict[str, str]:
     """ALFWorld: the task types (``env.kwargs.task_types``, null: all six) and the turns;
     validation on held-out games."""
-    types, turns = study.config_values("env.kwargs.task_types"), study._shared("env.max_turns")
+    types, turns = study.config_values(f"{at}.kwargs.task_types"), study._shared(f"{at}.max_turns")
     if types == [None]:
         task, what = f"ALFWorld, all six task types, {turns} turns", "all six task types"
     else:
         what = f"task types {_listed(types, 'all six')}"
         task = f"ALFWorld {what}, {turns} turns"
-    return {"task": task, "task_scale": f"ALFWorld ({what}) with {turns} turns", "held_out": "held-out games"}
+    return {"task": task, "task_scale": f"ALFWorld ({what}) with {turns} turns", "held_out": "held-out games",
+            "what": f"ALFWorld ({what})", "turns": turns}
 
 
-def _webshop(study: Study) -> dict[str, str]:
+def _webshop(study: Study, at: str = "env") -> dict[str, str]:
     """WebShop: the shop (WebShop's files, or the generated one: ``env.kwargs.n_products`` products of
     ``goals_per_product`` goals each) and the turns; validation on held-out tasks (shopping goals)."""
     g = study._shared
@@ -393,26 +478,111 @@ def _webshop(study: Study) -> dict[str, str]:
         value = g(key)            # scripts never set that variable, so it counts as unset
         return value not in ("None", "") and not value.startswith("${")
 
-    turns = g("env.max_turns")
-    if given("env.kwargs.data_dir") or given("env.kwargs.products_path"):
+    turns = g(f"{at}.max_turns")
+    if given(f"{at}.kwargs.data_dir") or given(f"{at}.kwargs.products_path"):
         shop = "WebShop's products and goals"
     else:
-        shop = (f"a generated shop of {g('env.kwargs.n_products')} products, "
-                f"{plural(g('env.kwargs.goals_per_product'), 'goal')} a product")
+        shop = (f"a generated shop of {g(f'{at}.kwargs.n_products')} products, "
+                f"{plural(g(f'{at}.kwargs.goals_per_product'), 'goal')} a product")
     return {"task": f"WebShop, {shop}, {turns} turns", "task_scale": f"WebShop ({shop}) with {turns} turns",
-            "held_out": "held-out tasks"}
+            "held_out": "held-out tasks", "what": f"WebShop ({shop})", "turns": turns}
 
 
-def _any_env(study: Study) -> dict[str, str]:
+def _any_env(study: Study, at: str = "env") -> dict[str, str]:
     """An env without a kind of its own: its name and turns; validation on held-out games."""
-    name, turns = study._shared("env.name"), study._shared("env.max_turns")
-    return {"task": f"{name}, {turns} turns", "task_scale": f"{name} with {turns} turns", "held_out": "held-out games"}
+    name, turns = study._shared(f"{at}.name"), study._shared(f"{at}.max_turns")
+    return {"task": f"{name}, {turns} turns", "task_scale": f"{name} with {turns} turns", "held_out": "held-out games",
+            "what": name, "turns": turns}
+
+
+def _and(items: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _mix(study: Study, at: str = "env") -> dict[str, str]:
+    """A mix (``env=mix``): each member described by its env's kind, ``"a mix of Sokoban 6x6 with 1 box and
+    7x7 with 2 boxes, 10 turns each"`` (an env's name said once for consecutive members of it; each member's
+    turns where they differ); validation on each member's own held-out set, ``rollout.val_episodes`` (or the
+    member's ``val_episodes``) each. Per member ``m`` also ``member/m`` (its env: ``Sokoban 7x7 with 2 boxes``),
+    ``held_out/m`` and ``val_episodes/m``, which the measures on a member (``final@m``) name; ``env_short`` and
+    ``env_words`` stand for the mix where a page names the env in a few words."""
+    members = study.members
+    if not members:
+        return _any_env(study, at)
+    out: dict[str, str] = {}
+    whats, turns, held, sizes, words = [], [], [], [], []
+    for m in members:
+        node = f"{at}.members.{m}"
+        d = ENV_KINDS.get(study._shared(f"{node}.name"), _any_env)(study, node)
+        size = study._shared(f"{node}.val_episodes")
+        size = study._shared("rollout.val_episodes") if size == "None" else size
+        whats.append(d["what"])
+        turns.append(d["turns"])
+        held.append(d["held_out"])
+        sizes.append(size)
+        words.append(d["what"].split(" ")[0])
+        out |= {f"member/{m}": d["what"], f"held_out/{m}": f"{d['held_out']} of {m}", f"val_episodes/{m}": size}
+    short = []  # an env's name said once for consecutive members of it: "Sokoban 6x6 with 1 box and 7x7 with 2 boxes"
+    for i, what in enumerate(whats):
+        first, _, rest = what.partition(" ")
+        short.append(rest if i and rest and not rest.startswith("(") and first == whats[i - 1].split(" ")[0] else what)
+    same_turns = len(set(turns)) == 1
+    listed = _and(short if same_turns else [f"{w} ({t} turns)" for w, t in zip(short, turns)])
+    named = _and([f"{m} ({w}{'' if same_turns else f', {t} turns'})" for m, w, t in zip(members, whats, turns)])
+    each = f", {turns[0]} turns each" if same_turns else ""
+    noun = held[0] if len(set(held)) == 1 else "held-out games"
+    return {**out, "task": f"a mix of {named}{each}", "task_scale": f"a mix of {listed}{each}",
+            "held_out": f"{noun} of each member", "unit": noun.removeprefix("held-out "),
+            "val_episodes": sizes[0] if len(set(sizes)) == 1 else " / ".join(sizes),
+            "turns": turns[0] if same_turns else " / ".join(turns),
+            "env_short": f"a mix of {_and(short)}", "env_words": ", ".join(dict.fromkeys(words))}
 
 
 #: ``env.name`` -> the description of a study's task (others: :func:`_any_env`)
-ENV_KINDS: dict[str, Callable[[Study], dict[str, str]]] = {
-    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld, "webshop": _webshop,
+ENV_KINDS: dict[str, Callable[..., dict[str, str]]] = {
+    "sokoban": _sokoban, "math_tool": _math_tool, "alfworld": _alfworld, "webshop": _webshop, MIX_ENV: _mix,
 }
+
+
+def weights_text(weights: dict, members: list[str]) -> str:
+    """Member weights as a page says them: ``"sokoban_7x7 only"``, ``"sokoban 0.7, math_tool 0.3"`` (each
+    member's share, normalised; members of weight 0 left out)."""
+    given = {m: float(weights.get(m) or 0.0) for m in members if m in weights}
+    total = sum(w for w in given.values() if w > 0)
+    played = [m for m, w in given.items() if w > 0]
+    if len(played) == 1:
+        return f"{played[0]} only"
+    return ", ".join(f"{m} {round(given[m] / total, 3):g}" for m in played) if played else "no member"
+
+
+def _in_a_row(patience: int) -> str:
+    return "at a validation" if patience == 1 else f"at {patience} validations in a row"
+
+
+def schedule_text(env: dict) -> str:
+    """How a mix's config weighs its members (``env`` a run config's ``env`` section): ``"fixed, sokoban_7x7
+    only"``, or a curriculum (``env.curriculum``, :mod:`arl.datamodules.curriculum`), ``"a curriculum of 2
+    stages, sokoban_6x6 only until `val/sokoban_6x6/success_rate` >= 0.6 at 2 validations in a row, then
+    sokoban_7x7 only"``; ``""`` for an env that is no mix."""
+    members = list((env or {}).get("members") or {})
+    if not members:
+        return ""
+    stages = ((env.get("curriculum") or {}).get("stages")) or []
+    if not stages:
+        return "fixed, " + weights_text({m: (env["members"][m] or {}).get("weight") for m in members}, members)
+    parts = []
+    for stage in stages:
+        text = weights_text(stage.get("weights") or {}, members)
+        if stage.get("until_iteration") is not None:
+            text += f" until iteration {stage['until_iteration']}"
+        elif stage.get("metric") is not None:
+            patience = int(stage.get("patience") or 1)
+            text += f" until `{stage['metric']}` >= {stage.get('advance_above')} {_in_a_row(patience)}"
+            if stage.get("retreat_below") is not None:
+                text += f" (back to it once below {stage['retreat_below']} {_in_a_row(patience)} in the next)"
+        parts.append(text)
+    return f"a curriculum of {plural(len(stages), 'stage')}, " + ", then ".join(parts)
 
 
 def _top_k(value: str) -> str:

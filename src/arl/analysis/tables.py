@@ -2,9 +2,10 @@
 
 Per run (:func:`run_table`), per validation (:func:`validation_table`), per setting with the mean
 and 95 % t interval over its seeds and the bootstrap interval of the final success
-(:func:`group_table`), per task type (:func:`type_table`), the paired contrasts over seeds of each
-measure of :data:`MEASURES` (:func:`contrast_table`) and the collapse counts with Fisher's exact
-test (:func:`collapse_tests`). The cells' formats (:func:`format_mean_ci`, :func:`collapse_cell`,
+(:func:`group_table`), per task type (:func:`type_table`), per member of a mix (:func:`member_table`),
+the paired contrasts over seeds of each measure of :data:`MEASURES` and of a mix's members
+(:func:`measure_of`, :func:`report_measures`; :func:`contrast_table`) and the collapse counts with
+Fisher's exact test (:func:`collapse_tests`). The cells' formats (:func:`format_mean_ci`, :func:`collapse_cell`,
 :func:`type_cells`) are also the findings pages' (:mod:`arl.analysis.blocks`).
 """
 
@@ -25,14 +26,29 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return f"{value:.{digits}f}"
 
 
+def mix_members(runs: Iterable[Run]) -> list[str]:
+    """The members of a mix (``env=mix``) any of the runs validated (:meth:`Run.members`), sorted; ``[]`` for
+    runs of one env."""
+    return sorted({m for r in runs for m in r.members()})
+
+
+def member_tag(member: str, measure: str = "success_rate", stage: str = "val") -> str:
+    """``val/<member>/success_rate``: a mix member's validation (``stage`` ``rollout``: training) scalar."""
+    return f"{stage}/{member}/{measure}"
+
+
 def run_table(runs: Iterable[Run]) -> str:
     """The per-run markdown table; with a graded env (WebShop: ``val/score``, the mean final score x 100) the
-    start and final score beside the success."""
+    start and final score beside the success; for a mix (``env=mix``), each member's validation success
+    (``val/<member>/success_rate``) at the start and the last validation beside the overall (the mean over the
+    members)."""
     runs = list(runs)
     types = sorted({t for r in runs for t in r.task_types()})
     graded = any(r.scalars.get("val/score") for r in runs)
     scores = ["start score", "final score"] if graded else []
-    head = ["run", "start success", "final success", "best success", *scores, *[f"final {t}" for t in types],
+    members = mix_members(runs)
+    per_member = [f"{when} {m}" for m in members for when in ("start", "final")]
+    head = ["run", "start success", "final success", "best success", *scores, *per_member, *[f"final {t}" for t in types],
             "steps to collapse", "peak KL", "peak grad norm", "clip fraction", "valid-action ratio", "optimiser steps",
             "skipped updates"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
@@ -40,6 +56,7 @@ def run_table(runs: Iterable[Run]) -> str:
         cells = [f"`{r.label}`", _fmt(r.first("val/success_rate")), _fmt(r.final("val/success_rate")),
                  _fmt(r.best("val/success_rate")),
                  *([_fmt(r.first("val/score"), 1), _fmt(r.final("val/score"), 1)] if graded else []),
+                 *[_fmt(read(member_tag(m))) for m in members for read in (r.first, r.final)],
                  *[_fmt(r.final(f"val/success_rate/{t}")) for t in types],
                  _fmt(r.steps_to_collapse()), _fmt(r.peak(kl_tag(r)), 4), _fmt(r.peak("actor/grad_norm"), 2),
                  _fmt(r.mean("actor/clipfrac"), 4), _fmt(r.final("rollout/valid_action_ratio")),
@@ -204,13 +221,25 @@ def type_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, lis
     lack the type. No types (and no settings) when no run logged one."""
     runs = [r for r in runs if not r.bc_only]
     types = sorted({t for r in runs for t in r.task_types()})
-    if not types:
-        return [], {}
+    return types, _start_final_cells(runs, [f"val/success_rate/{t}" for t in types])
+
+
+def member_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, list[str]]]]:
+    """(the members of a mix, setting -> (its seeds, a cell per member)) of the runs' validation success per
+    member (``val/<member>/success_rate``), each cell as :func:`type_cells`'; nothing for runs of one env."""
+    runs = [r for r in runs if not r.bc_only]
+    members = mix_members(runs)
+    return members, _start_final_cells(runs, [member_tag(m) for m in members])
+
+
+def _start_final_cells(runs: list[Run], tags: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """Setting -> (its seeds, a ``"start -> final [t 95 %] (gain +g [t 95 %])"`` cell per tag); none without tags."""
+    if not tags:
+        return {}
     out = {}
     for name, members in settings(runs).items():
         cells = []
-        for t in types:
-            tag = f"val/success_rate/{t}"
+        for tag in tags:
             starts = [v for v in (r.first(tag) for r in members) if v is not None]
             finals = [v for v in (r.final(tag) for r in members) if v is not None]
             gains = [v for v in (r.gain(tag) for r in members) if v is not None]
@@ -218,7 +247,7 @@ def type_cells(runs: Iterable[Run]) -> tuple[list[str], dict[str, tuple[int, lis
             gain = f" (gain {format_mean_ci(gains, signed=True)})" if gains else ""
             cells.append(f"{start}{format_mean_ci(finals)}{gain}" if finals else "-")
         out[name] = (len(members), cells)
-    return types, out
+    return out
 
 
 def type_table(runs: Iterable[Run]) -> str:
@@ -229,6 +258,17 @@ def type_table(runs: Iterable[Run]) -> str:
     if not types:
         return ""
     lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
+    lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
+    return "\n".join(lines)
+
+
+def member_table(runs: Iterable[Run]) -> str:
+    """Validation success per member of a mix of each setting (:func:`member_cells`): ``start -> final`` with
+    the final's 95 % t interval over the seeds, and the gain per member. An empty string for runs of one env."""
+    members, rows = member_cells(runs)
+    if not members:
+        return ""
+    lines = ["| setting | seeds | " + " | ".join(members) + " |", "|---|---:|" + "---|" * len(members)]
     lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
     return "\n".join(lines)
 
@@ -263,16 +303,72 @@ MEASURES: dict[str, Callable[[Run], float | None]] = {
 }
 
 
+#: the short names of :data:`MEASURES`, as ``--measure`` and findings.yaml spell them
+#: (:data:`arl.analysis.study.MEASURE_KINDS`)
+SHORT_NAMES: dict[str, str] = {
+    "final": "final validation success",
+    "training": "mean training success over the run",
+    "training-valid": "mean training valid-action ratio over the run",
+    "gain": "gain over the start",
+}
+
+#: a measure on one member of a mix (``env=mix``), short name ``<kind>@<member>`` (``final@sokoban_7x7``): its
+#: name and its value, each of the member's name; the member's own scalars (``val/<member>/success_rate``,
+#: ``rollout/<member>/success_rate``, ...), read as the overall measure of that kind reads the overall ones
+MEMBER_MEASURES: dict[str, tuple[str, Callable[[str], Callable[[Run], float | None]]]] = {
+    "final": ("final validation success on {member}", lambda m: lambda r: r.final(member_tag(m))),
+    # the member's last validation minus its first, on the member's own held-out games
+    "gain": ("gain over the start on {member}", lambda m: lambda r: r.gain(member_tag(m))),
+    # the iterations that played the member (a member of weight 0 logs no rollout/<member>/*)
+    "training": ("mean training success over the run on {member}",
+                 lambda m: lambda r: r.mean(member_tag(m, stage="rollout"))),
+    "training-valid": ("mean training valid-action ratio over the run on {member}",
+                       lambda m: lambda r: r.mean(member_tag(m, "valid_action_ratio", stage="rollout"))),
+}
+
+#: the member measures the report compares on every member of a mix by default
+REPORT_MEMBER_KINDS = ("final", "gain")
+
+
+def measure_of(name: str) -> tuple[str, Callable[[Run], float | None]]:
+    """(the report's name, the value per run) of a measure named by its name in :data:`MEASURES`, its short
+    name (:data:`SHORT_NAMES`: ``final``) or, on one member of a mix, ``<kind>@<member>`` (:data:`MEMBER_MEASURES`:
+    ``final@sokoban_7x7``, named ``final validation success on sokoban_7x7``, which is also taken);
+    ValueError for any other."""
+    if name in MEASURES:
+        return name, MEASURES[name]
+    if name in SHORT_NAMES:
+        return SHORT_NAMES[name], MEASURES[SHORT_NAMES[name]]
+    kind, at, member = name.partition("@")
+    if not at:  # by its name: "final validation success on sokoban_7x7"
+        for k, (template, _) in MEMBER_MEASURES.items():
+            head = template.removesuffix("{member}")
+            if name.startswith(head) and name != head:
+                kind, member = k, name[len(head):]
+    if kind in MEMBER_MEASURES and member and "/" not in member:
+        template, value = MEMBER_MEASURES[kind]
+        return template.format(member=member), value(member)
+    raise ValueError(f"no measure {name!r}; measures: {', '.join(SHORT_NAMES)} (or their names: "
+                     f"{'; '.join(MEASURES)}), and on a member of a mix {', '.join(k + '@<member>' for k in MEMBER_MEASURES)}")
+
+
+def report_measures(runs: Iterable[Run]) -> list[str]:
+    """The measures a report compares, named as :func:`measure_of` takes them: every one of :data:`MEASURES`,
+    then, for a mix, each member's final success and gain (:data:`REPORT_MEMBER_KINDS`: ``final@<member>``, ...)."""
+    members = mix_members(runs)
+    return [*MEASURES, *(f"{k}@{m}" for m in members for k in REPORT_MEMBER_KINDS)]
+
+
 def contrast_table(runs: Iterable[Run], contrasts: list[str], measure: str = "final validation success") -> str:
     """Paired comparisons over seeds: for each contrast (``"A - B"``, or a difference of differences
-    ``"A - B - C + D"``) the ``measure`` (a key of :data:`MEASURES`) combined per seed over the seeds
+    ``"A - B - C + D"``) the ``measure`` (named as :func:`measure_of` takes it) combined per seed over the seeds
     all its settings ran, with the mean, its t and bootstrap 95 % intervals, and how many seeds came
     out above / below zero. A contrast naming a setting the runs lack says so in its row (a study
     in progress still reports the rest; a misspelt name shows the names there are). An empty
     string without contrasts."""
     if not contrasts:
         return ""
-    by_setting = values_by_setting(runs, MEASURES[measure])
+    by_setting = values_by_setting(runs, measure_of(measure)[1])
     head = ["contrast (per seed)", "seeds", "mean [t 95 %]", "bootstrap 95 %", "above / below 0", "per seed"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---:|---:|---:|---|"]
     for spec in contrasts:

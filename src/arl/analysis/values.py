@@ -142,7 +142,7 @@ def inline_value(spec: Spec, name: str) -> str:
         if len(rows) != 1:
             raise ValueError(f"value {name!r}: {len(rows)} settings with the episodes of two validations")
         g = next(iter(rows.values()))
-        noun = study.facts["held_out"].removeprefix("held-out ")
+        noun = study.facts.get("unit") or study.facts["held_out"].removeprefix("held-out ")
         return (f"{g.gained} gained, {g.lost} lost over the {g.seeds} seeds; {g.up} {noun} up, {g.down} down, "
                 f"sign test over the {noun}, not the seeds, uncorrected: p {fmt_p(g.p)}")
     if kind == "episodes":
