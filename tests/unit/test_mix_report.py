@@ -407,3 +407,22 @@ def test_the_real_spec_names_the_planned_arms():
         CURRICULUM_ARM: "curriculum", CONTROL_ARM: "7x7 only", "algo.clip_control.mode=adaptive": "adaptive clip",
         "algo.clip_control.mode=fixed": "fixed clip", "algo.loss.seq_ratio=outlier_weighted": "outlier-weighted ratio",
         "algo.loss.seq_ratio=geometric": "geometric ratio"}
+
+
+def test_inline_values_on_one_member_by_hand(tmp_path):
+    from arl.analysis.values import inline_value
+
+    spec = _spec(tmp_path)
+    # the six runs' 7x7 starts: 0.125, 0.25, 0.125 and 0.125, 0.125, 0.25; the curriculum's finals 0.375, 0.25, 0.5
+    assert inline_value(spec, "curriculum range start@sokoban_7x7") == "0.125-0.250"
+    assert inline_value(spec, f"curriculum mean final@sokoban_7x7 {CURRICULUM_ARM}") == "0.375"
+    assert inline_value(spec, f"curriculum mean gain@sokoban_7x7 {CONTROL_ARM}") == "+0.083"
+    assert inline_value(spec, f"curriculum lower final@sokoban_6x6 {CONTROL_ARM} {CURRICULUM_ARM}") == "3 of 3 seeds"
+    assert inline_value(spec, f'curriculum contrast "{CONTRAST}" final@sokoban_7x7').endswith(
+        f"(2/3 above 0), Holm {_p_df2(math.sqrt(3)):.3f}")
+    # a game is (member, level): 6x6's second and 7x7's first level won last by every seed, lost at the start
+    assert inline_value(spec, f"curriculum games {CURRICULUM_ARM}") == (
+        "6 gained, 0 lost over the 3 seeds; 2 levels up, 0 down, sign test over the levels, not the seeds, "
+        "uncorrected: p 0.500")
+    with pytest.raises(ValueError, match="no value 'best@sokoban_7x7'"):
+        inline_value(spec, "curriculum range best@sokoban_7x7")

@@ -21,6 +21,9 @@ kind, and its arguments (shell words: a contrast with spaces is quoted):
 - ``below``: how many runs ended below their start;
 - ``seed=K`` (any kind but ``contrast``): only the runs of seed K.
 
+A VALUE on one member of a mix is ``<value>@<member>`` (``start@sokoban_7x7``, ``final@``, ``gain@``,
+``training@``: :data:`MEMBER_VALUES`).
+
 ``alpha`` (no study) is the spec's significance level. A setting is named as in the spec's
 contrasts (``algo=sampo``); a VALUE names what is read from each run.
 """
@@ -77,6 +80,29 @@ VALUES: dict[str, tuple[Callable[[Run], float | None], str]] = {
 }
 
 
+#: what ``<value>@<member>`` reads on one member of a mix (``start@sokoban_7x7``: ``val/sokoban_7x7/success_rate``
+#: at iteration 0), and its format
+MEMBER_VALUES: dict[str, tuple[Callable[[str], Callable[[Run], float | None]], str]] = {
+    "start": (lambda m: _first(f"val/{m}/success_rate"), ".3f"),
+    "final": (lambda m: _last(f"val/{m}/success_rate"), ".3f"),
+    "gain": (lambda m: lambda r: r.gain(f"val/{m}/success_rate"), "+.3f"),
+    "training": (lambda m: lambda r: r.mean(f"rollout/{m}/success_rate"), ".3f"),
+}
+
+
+def _value(value: str) -> tuple[Callable[[Run], float | None], str]:
+    """(what is read from a run, its format) of a VALUE: a key of :data:`VALUES`, or ``<value>@<member>``
+    of :data:`MEMBER_VALUES`."""
+    if value in VALUES:
+        return VALUES[value]
+    kind, at, member = value.partition("@")
+    if at and member and kind in MEMBER_VALUES:
+        read, fmt = MEMBER_VALUES[kind]
+        return read(member), fmt
+    raise ValueError(f"no value {value!r}; values: {', '.join(VALUES)}, and on one member of a mix "
+                     f"{', '.join(k + '@<member>' for k in MEMBER_VALUES)}")
+
+
 def _runs(study: Study, setting_names: list[str], seed: str | None) -> list[Run]:
     groups = settings(study.select({seed} if seed else None))
     if not setting_names:
@@ -88,15 +114,13 @@ def _runs(study: Study, setting_names: list[str], seed: str | None) -> list[Run]
 
 
 def _values(study: Study, value: str, runs: list[Run]) -> list[float]:
-    if value not in VALUES:
-        raise ValueError(f"no value {value!r}; values: {', '.join(VALUES)}")
-    read = VALUES[value][0]
+    read = _value(value)[0]
     return [v for v in (read(r) for r in runs) if v is not None]
 
 
 def _lower(study, value: str, a: str, b: str, seed: str | None) -> str:
     """How many seeds have ``value`` lower under setting ``a`` than under ``b`` (the others named)."""
-    fmt = VALUES[value][1]
+    fmt = _value(value)[1]
     va = {seed_of(r): v for r, v in zip(_runs(study, [a], seed), _values(study, value, _runs(study, [a], seed)))}
     vb = {seed_of(r): v for r, v in zip(_runs(study, [b], seed), _values(study, value, _runs(study, [b], seed)))}
     seeds = [s for s in vb if s in va]
@@ -125,7 +149,7 @@ def inline_value(spec: Spec, name: str) -> str:
     if kind == "mean":
         value, names = args[0], args[1:]
         values = _values(study, value, _runs(study, names, seed))
-        return format(statistics.fmean(values), VALUES[value][1])
+        return format(statistics.fmean(values), _value(value)[1])
     if kind == "range":  # over several studies, each takes the named settings it has
         value, names = args[0], args[1:]
         values = []
@@ -134,7 +158,7 @@ def inline_value(spec: Spec, name: str) -> str:
             values += _values(s, value, _runs(s, own, seed)) if own or not names else []
         if not values:
             raise ValueError(f"value {name!r}: no run of {', '.join(names)} in {words[0]}")
-        return _span(values, VALUES[value][1])
+        return _span(values, _value(value)[1])
     if kind == "lower":
         return _lower(study, *args, seed=seed)
     if kind == "games":
