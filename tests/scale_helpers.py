@@ -411,3 +411,14 @@ def tb_texts(folder: Path) -> dict[str, dict[int, str]]:
             text = tensor_util.make_ndarray(event.tensor_proto).item()
             out.setdefault(tag[: -len("/text_summary")], {})[event.step] = text.decode() if isinstance(text, bytes) else text
     return out
+
+
+def default_model():
+    """The default config's policy and tokenizer (the tiny model, built or read from the cache)."""
+    from omegaconf import OmegaConf
+
+    from arl.run.builders import load_model
+    from arl_testing import compose
+
+    model, tok, _ = load_model(OmegaConf.to_container(compose([]).model, resolve=True))
+    return model, tok

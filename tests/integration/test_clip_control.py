@@ -29,13 +29,6 @@ def _one_thread():
         yield
 
 
-def _base_model():
-    from arl.run.builders import load_model
-
-    model, tok, _ = load_model(OmegaConf.to_container(compose([]).model, resolve=True))
-    return model, tok
-
-
 def _cfg(algo: str, extra: list[str] = ()):
     return compose([
         "bc.enabled=false", f"algo={algo}", "algo.filter.name=none", "rollout.sample_mode=turn",
@@ -46,7 +39,7 @@ def _cfg(algo: str, extra: list[str] = ()):
 
 
 def _episodes():
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), "turn")
     oracle.store_old_log_probs(model, episodes)
     return model, episodes

@@ -36,13 +36,6 @@ def _one_thread():
         yield
 
 
-def _base_model():
-    from arl.run.builders import load_model
-
-    model, tok, _ = load_model(OmegaConf.to_container(compose([]).model, resolve=True))
-    return model, tok
-
-
 def _cfg(algo: str, mode: str, steps: int, extra: list[str] = ()):
     return compose([
         "bc.enabled=false", f"algo={algo}", "algo.filter.name=none", f"rollout.sample_mode={mode}",
@@ -71,7 +64,7 @@ CASES = [
 
 @pytest.mark.parametrize("algo,mode,steps,extra", CASES, ids=[f"{a}-{m}-{s}steps" + ("-" + "-".join(e) if e else "") for a, m, s, e in CASES])
 def test_one_iteration_equals_the_oracle(algo, mode, steps, extra):
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), mode)
     oracle.store_old_log_probs(model, episodes)
     cfg = _cfg(algo, mode, steps, extra)
@@ -99,7 +92,7 @@ def test_step_part_std_equals_the_oracle(norm):
     from the oracle's own GiGPO: its advantage at w minus its advantage at w = 0."""
     import statistics
 
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), "turn")
     oracle.store_old_log_probs(model, episodes)
     cfg = _cfg("gigpo", "turn", 1, [f"algo.advantage.norm={norm}", "algo.advantage.step_weight=0.5"])
@@ -117,7 +110,7 @@ def test_step_part_std_equals_the_oracle(norm):
 def test_the_oracle_sees_clipping_act():
     """The stored old log-probs put ratios on both sides of every clip range, so a clip bound
     that is off changes the step: the oracle itself differs between clip settings."""
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), "turn")
     oracle.store_old_log_probs(model, episodes)
     algo = OmegaConf.to_container(_cfg("grpo", "turn", 2).algo, resolve=True)
@@ -133,7 +126,7 @@ def test_the_oracle_sees_clipping_act():
 def test_the_oracle_sees_the_sequence_ratio_settings(mode, extra):
     """The outlier-weighted ratio and the token bound change the oracle's step on these episodes (their
     shifted old log-probs give a row outliers), so the cases above that set them test something."""
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), mode)
     oracle.store_old_log_probs(model, episodes)
     algo = OmegaConf.to_container(_cfg("sampo", mode, 2).algo, resolve=True)
@@ -148,7 +141,7 @@ def test_the_oracle_sees_the_sequence_ratio_settings(mode, extra):
 def test_updates_raise_rewarded_responses_and_lower_the_others(mode):
     """Three on-policy iterations of GRPO: the responses of turns with a positive advantage gain
     log-probability, those with a negative one lose it (summed per sign)."""
-    model, tok = _base_model()
+    model, tok = sh.default_model()
     episodes = oracle.make_episodes(len(tok), mode)
     oracle.store_old_log_probs(model, episodes, shifts=(0.0,))
     cfg = compose([

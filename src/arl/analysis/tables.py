@@ -254,21 +254,20 @@ def type_table(runs: Iterable[Run]) -> str:
     """Validation success per task type of each setting (:func:`type_cells`): ``start -> final``
     with the final's 95 % t interval over the seeds, and the gain per type. An empty string when
     no run logged ``val/success_rate/<type>``."""
-    types, rows = type_cells(runs)
-    if not types:
-        return ""
-    lines = ["| setting | seeds | " + " | ".join(types) + " |", "|---|---:|" + "---|" * len(types)]
-    lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
-    return "\n".join(lines)
+    return _settings_table(*type_cells(runs))
 
 
 def member_table(runs: Iterable[Run]) -> str:
     """Validation success per member of a mix of each setting (:func:`member_cells`): ``start -> final`` with
     the final's 95 % t interval over the seeds, and the gain per member. An empty string for runs of one env."""
-    members, rows = member_cells(runs)
-    if not members:
+    return _settings_table(*member_cells(runs))
+
+
+def _settings_table(columns: list[str], rows: dict[str, tuple[int, list[str]]]) -> str:
+    """A markdown table of a row per setting (its seed count, then a cell per column); empty without columns."""
+    if not columns:
         return ""
-    lines = ["| setting | seeds | " + " | ".join(members) + " |", "|---|---:|" + "---|" * len(members)]
+    lines = ["| setting | seeds | " + " | ".join(columns) + " |", "|---|---:|" + "---|" * len(columns)]
     lines += [f"| `{name}` | {n} | " + " | ".join(cells) + " |" for name, (n, cells) in rows.items()]
     return "\n".join(lines)
 
