@@ -34,6 +34,8 @@ VALUES = {
     "curriculum_sokoban_control": {"sokoban_6x6": ([0.5, 0.5, 0.5], [0.375, 0.5, 0.25]),
                                    "sokoban_7x7": ([0.125, 0.125, 0.25], [0.25, 0.25, 0.25])},
 }
+# the iteration each curriculum run moved to 7x7 (stage 1): seed 3 never did
+MOVED = {1: 6, 2: 8, 3: 11}
 SEED0 = 2**30  # every member validates on the seeds 2**30 + i
 # the curriculum arm's validation games, per member: task seed -> (won at iteration 0, won at iteration 10);
 # both members play the same seeds
@@ -82,6 +84,7 @@ def write_mix_runs(root: Path, turns_7x7: int = 20) -> Path:
             scalars["rollout/sokoban_7x7/success_rate"] = [(k, 0.25 * (arm == ARMS[1]) + 0.125 * seed) for k in (6, 10)]
             if arm == ARMS[0]:
                 scalars["rollout/sokoban_6x6/success_rate"] = [(k, 0.5) for k in range(1, 6)]
+                scalars["curriculum/stage"] = [(k, float(k >= MOVED[seed])) for k in range(1, 11)]
             write_rl_events(run, scalars)
             (run / ".hydra").mkdir()
             (run / ".hydra" / "config.yaml").write_text(yaml.safe_dump({**CONFIG, "seed": seed, "env": _env(arm, turns_7x7)}))
@@ -150,6 +153,22 @@ def test_the_run_table_and_the_member_table_by_hand(runs):
     g, glo, ghi = _t95([0.25, 0.0, 0.375])
     assert rows[2].endswith(f"| 0.167 -> {m:.3f} [{lo:.3f}, {hi:.3f}] (gain {g:+.3f} [{glo:+.3f}, {ghi:+.3f}]) |")
     assert rows[3].startswith(f"| `{CONTROL_ARM}` | 3 | 0.500 -> 0.375 [")
+
+
+def test_the_curriculum_table_names_each_runs_moves(runs, tmp_path):
+    """The curriculum arm's runs logged `curriculum/stage` (0 until MOVED, then 1); the control's did not."""
+    from arl.analysis.report import write_report
+    from arl.analysis.tables import curriculum_table, stage_moves
+
+    assert [stage_moves(r) for r in runs if "curriculum/stage" in r.scalars] == [[(6, 1)], [(8, 1)], []]
+    assert curriculum_table(runs).splitlines()[2:] == [
+        f"| `{CURRICULUM_ARM}` | 1 | 0 | 1 | stage 1 at iteration 6 |",
+        f"| `{CURRICULUM_ARM}` | 2 | 0 | 1 | stage 1 at iteration 8 |",
+        f"| `{CURRICULUM_ARM}` | 3 | 0 | 0 | none |",
+    ]
+    assert curriculum_table([r for r in runs if "curriculum/stage" not in r.scalars]) == ""
+    report = write_report(tmp_path / "multirun", tmp_path / "report").read_text()  # the fixture's runs
+    assert "## Curriculum: the stage each run played" in report and "stage 1 at iteration 8" in report
 
 
 def test_contrasts_on_one_member_by_hand(runs):

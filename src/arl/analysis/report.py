@@ -42,6 +42,7 @@ from arl.analysis.study_plan import StudyPlan, departures_section
 from arl.analysis.tables import (
     collapse_tests,
     contrast_table,
+    curriculum_table,
     default_contrasts,
     group_table,
     measure_of,
@@ -161,6 +162,8 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
           if (stability := stability_table(runs)) else []),
         *(["## Success per member of the mix (validation: start -> final, mean and 95 % t interval over seeds)",
            by_member] if (by_member := member_table(runs)) else []),
+        *(["## Curriculum: the stage each run played (`curriculum/stage`)", stages]
+          if (stages := curriculum_table(runs)) else []),
         *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]
           if (types := type_table(runs)) else []),
         *(["## Game by game (start against last validation, the same held-out games; seeds pooled)", games]

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 
-from arl.analysis.runs import Run, kl_tag, setting_terms, settings, values_by_setting
+from arl.analysis.runs import Run, kl_tag, seed_of, setting_terms, settings, values_by_setting
 from arl.analysis.stats import bootstrap_ci, contrast_values, fisher_exact, mean_ci
 
 
@@ -248,6 +249,30 @@ def _start_final_cells(runs: list[Run], tags: list[str]) -> dict[str, tuple[int,
             cells.append(f"{start}{format_mean_ci(finals)}{gain}" if finals else "-")
         out[name] = (len(members), cells)
     return out
+
+
+def stage_moves(run: Run) -> list[tuple[int, int]]:
+    """``(iteration, stage)`` of every move of a curriculum run (``curriculum/stage`` changed from the iteration
+    before; stages counted from 0), in order; empty for a run without a curriculum or that never moved."""
+    series = run.scalars.get("curriculum/stage") or []
+    return [(step, int(value)) for (_, before), (step, value) in pairwise(series) if value != before]
+
+
+def curriculum_table(runs: Iterable[Run]) -> str:
+    """A row per curriculum run (one that logged ``curriculum/stage``): its setting, seed, the stage at its
+    first and last logged iteration and every move (``stage 1 at iteration 23``). An empty string when no run
+    has a curriculum."""
+    rows = []
+    for run in runs:
+        series = run.scalars.get("curriculum/stage")
+        if not series:
+            continue
+        moves = ", ".join(f"stage {stage} at iteration {step}" for step, stage in stage_moves(run)) or "none"
+        rows.append(f"| `{run.group}` | {seed_of(run)} | {int(series[0][1])} | {int(series[-1][1])} | {moves} |")
+    if not rows:
+        return ""
+    head = ["| setting | seed | first stage | last stage | moves (stages counted from 0) |", "|---|---:|---:|---:|---|"]
+    return "\n".join(head + rows)
 
 
 def type_table(runs: Iterable[Run]) -> str:
