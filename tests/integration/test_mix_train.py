@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-from pathlib import Path
 
 import pytest
 
@@ -18,14 +17,6 @@ OVERRIDES = [
     "env=mix", "debug=smoke", "bc.episodes=16", "bc.bootstrap.enabled=false", "rl.iterations=2", "rl.val_every=1",
     "rollout.val_episodes=2", "rollout.max_new_tokens=16", "env.members.math_tool.max_turns=2", "algo.filter.name=none",
 ]
-
-
-def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    acc.Reload()
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +53,7 @@ def test_each_group_plays_one_member_and_both_members_train(mix_run):
 
 def test_per_member_rollout_and_validation_metrics_are_logged(mix_run):
     out, results, played = mix_run
-    tb = _scalars(out / "tensorboard" / "rl")
+    tb = sh.tb_scalars(out / "tensorboard" / "rl")
     for member in ("sokoban", "math_tool"):
         for measure in ("success_rate", "return_mean", "valid_action_ratio", "episodes"):
             assert [s for s, _ in tb[f"val/{member}/{measure}"]] == [0, 1, 2], (member, measure)
@@ -85,6 +76,27 @@ def test_behaviour_cloning_collects_both_experts(mix_run):
     assert results["bc/expert_episodes"] == 16.0
     records = [json.loads(line) for line in (out / "val_episodes" / "iter2.jsonl").read_text().splitlines()]
     assert sorted(r["env"] for r in records) == ["math_tool", "math_tool", "sokoban", "sokoban"]
+
+
+@pytest.mark.long  # two processes (over a minute of a worker): make test-long, run by CI after make test
+def test_a_mix_under_ddp_validates_every_member_over_both_ranks(tmp_path, tiny_path):
+    """trainer=ddp: each rank rolls out its share of the groups and of every member's validation episodes; the
+    logged values are global (each member counts its whole set at every validation) and rank 0 writes every
+    member's episodes of a validation once."""
+    from arl.datamodules.rollout_datamodule import val_task_seeds
+
+    mine = ["trainer=ddp", "bc.enabled=false", "rollout.val_episodes=4", "rollout.tasks_per_iteration=2",
+            "rollout.group_size=2"]
+    kept = [o for o in OVERRIDES if o.split("=")[0] not in {m.split("=")[0] for m in mine} and not o.startswith("bc.")]
+    run_dir, _ = sh.train_run([*mine, *kept], tmp_path)
+    tb = sh.tb_scalars(run_dir / "tensorboard" / "rl")
+    for member in ("sokoban", "math_tool"):
+        assert [(s, v) for s, v in tb[f"val/{member}/episodes"]] == [(0, 4.0), (1, 4.0), (2, 4.0)], member
+    assert [v for _, v in tb["rollout/episodes"]] == [4.0, 4.0]  # 2 groups x 2 over both ranks
+    for step in (0, 1, 2):
+        rows = [json.loads(line) for line in (run_dir / "val_episodes" / f"iter{step}.jsonl").read_text().splitlines()]
+        for member in ("sokoban", "math_tool"):
+            assert sorted(r["seed"] for r in rows if r["env"] == member) == val_task_seeds(4), (step, member)
 
 
 CURRICULUM = ("env.curriculum={stages: [{weights: {sokoban_6x6: 1, sokoban_7x7: 0}, "
@@ -113,7 +125,7 @@ def test_a_killed_curriculum_run_resumes_with_the_same_stages_and_batches(tmp_pa
     (run_dir,) = (log_dir / "mix_resume" / "runs").iterdir()
     resumed = _cli([*base, "ckpt_path=last"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    straight, after = _scalars(straight_dir / "tensorboard" / "rl"), _scalars(run_dir / "tensorboard" / "rl")
+    straight, after = sh.tb_scalars(straight_dir / "tensorboard" / "rl"), sh.tb_scalars(run_dir / "tensorboard" / "rl")
     # validations 0 and 1 pass the gate (patience 2): stage 1 from iteration 1; stage 2 from iteration 3
     assert [v for _, v in straight["curriculum/stage"]] == [0, 1, 1, 2] == [v for _, v in after["curriculum/stage"]]
     for tag in ("rollout/sokoban_6x6/episodes", "rollout/sokoban_7x7/episodes", "rollout/return_mean",
