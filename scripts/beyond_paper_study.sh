@@ -18,11 +18,14 @@ cd "$(dirname "$0")/.."
 : "${STUDY:?STUDY=adaptive_clip, outlier_ratio or curriculum}"
 STRESS="rl.optimizer.lr=3.0e-4 rl.mini_batches=8"  # the arena's stage-1 regime (docs/results.md, "Stage 0: calibration")
 SOKOBAN_START=docs/results/sokoban_rl_study/bc_start/bc_policy_hf
+SOKOBAN_START_SHA=ad73dda7de2b69788d9c5b60b7eb27bb13ddabbc3eb36cb574d57d00c7aff709
+# BC_SHA256: the start's weights the plan fixed (checked before any run; BC_SHA256= with another start skips it)
 BC_EXPERIMENT=bc_sokoban RL_EXPERIMENT=sokoban
 # shellcheck disable=SC2016  # the run folders' names are Hydra interpolations, not shell ones
 case $STUDY in
   adaptive_clip)
     : "${OUT:=logs/adaptive_clip_study}" "${SEEDS:=51,52,53,54}" "${START:=$SOKOBAN_START}"
+    BC_SHA256=${BC_SHA256-$SOKOBAN_START_SHA}
     METHODS=sampo
     SUBDIR='sampo_clip_${algo.clip_control.mode}_seed${seed}'
     RL_ARGS="$STRESS algo.clip_control.mode=fixed,adaptive algo.clip_control.target_metric=clipfrac algo.clip_control.target=0.2"
@@ -30,6 +33,7 @@ case $STUDY in
     ;;
   outlier_ratio)
     : "${OUT:=logs/outlier_ratio_study}" "${SEEDS:=55,56,57,58}" "${START:=$SOKOBAN_START}"
+    BC_SHA256=${BC_SHA256-$SOKOBAN_START_SHA}
     METHODS=gspo
     SUBDIR='gspo_${algo.loss.seq_ratio}_seed${seed}'
     RL_ARGS="$STRESS algo.loss.seq_ratio=geometric,outlier_weighted"
@@ -38,6 +42,7 @@ case $STUDY in
   curriculum)
     : "${OUT:=logs/curriculum_study}" "${SEEDS:=59,60,61,62}" "${START:=docs/results/curriculum_study/bc_start/bc_policy_hf}"
     : "${ITERS:=60}" "${VAL_EVERY:=10}"
+    BC_SHA256=${BC_SHA256-29cf8e45f4d67a04eb4871c9d42195ebf31190ec38d535cab0ea270548408f8d}  # bc_start/, committed
     METHODS=sampo
     # the 7x7 level as the arena's stage 2 plays it: 20 turns, every level solvable within 20 steps (both stages)
     SETUP="debug=cpu_small env=sokoban_levels env.members.sokoban_7x7.max_turns=20 env.members.sokoban_7x7.kwargs.max_steps=20 \
