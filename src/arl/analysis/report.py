@@ -121,6 +121,17 @@ def contrast_measures(runs: list[Run], measures: list[str] | None = None) -> lis
     return out
 
 
+#: the report's sections after the settings table that only some runs fill: (title, the table of the runs; an empty
+#: table leaves its section out)
+SECTIONS: tuple[tuple[str, Callable[[list[Run]], str]], ...] = (
+    ("Stability over the run (mean and t 95 % over seeds)", stability_table),
+    ("Success per member of the mix (validation: start -> final, mean and 95 % t interval over seeds)", member_table),
+    ("Curriculum: the stage each run played (`curriculum/stage`)", curriculum_table),
+    ("Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", type_table),
+    ("Game by game (start against last validation, the same held-out games; seeds pooled)", games_table),
+)
+
+
 def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[str] | None = None,
                  plan: StudyPlan | None = None, measures: list[str] | None = None) -> Path:
     """Write ``report.md`` and the PNG plots into ``out_dir`` (default ``<multirun>/report``).
@@ -158,16 +169,7 @@ def write_report(multirun: Path, out_dir: Path | None = None, contrasts: list[st
         *(["## Validation success at each check", checks] if (checks := validation_table(runs)) else []),
         "## Settings (mean and 95 % confidence interval over seeds, t distribution)",
         group_table(runs),
-        *(["## Stability over the run (mean and t 95 % over seeds)", stability]
-          if (stability := stability_table(runs)) else []),
-        *(["## Success per member of the mix (validation: start -> final, mean and 95 % t interval over seeds)",
-           by_member] if (by_member := member_table(runs)) else []),
-        *(["## Curriculum: the stage each run played (`curriculum/stage`)", stages]
-          if (stages := curriculum_table(runs)) else []),
-        *(["## Success per task type (validation: start -> final, mean and 95 % t interval over seeds)", types]
-          if (types := type_table(runs)) else []),
-        *(["## Game by game (start against last validation, the same held-out games; seeds pooled)", games]
-          if (games := games_table(runs)) else []),
+        *[part for title, table in SECTIONS if (text := table(runs)) for part in (f"## {title}", text)],
         *[part for measure, value in compared if any(value(r) is not None for r in runs)
           and (paired := contrast_table(runs, contrasts, measure))
           for part in (f"## Paired comparisons: {measure} (same seeds; t and bootstrap 95 % intervals)", paired)],
